@@ -1,0 +1,213 @@
+"""The one settings dict, ``DJANGO_SEQUENCES``, read lazily.
+
+``app_settings.NAME`` reads ``settings.DJANGO_SEQUENCES`` merged over :data:`DEFAULTS` on first
+use and caches the result; the ``setting_changed`` signal (connected in ``AppConfig.ready``)
+drops the cache, so ``override_settings`` works. Nothing is read at import time.
+
+:func:`problems` validates the dict; the system checks report its findings at start-up and
+``app_settings`` raises :class:`~django_sequences.exceptions.ConfigurationError` with the same
+message if code runs anyway with a broken value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from dataclasses import dataclass
+from typing import Any, cast
+
+from .core.validation import check_bounds, check_name
+from .exceptions import ConfigurationError, InvalidDefinition, InvalidName
+
+SETTING = "DJANGO_SEQUENCES"
+
+DEFAULTS: dict[str, Any] = {
+    # Create a sequence with DEFAULT_* values the first time an unknown name is used.
+    "AUTO_CREATE": False,
+    # Database alias holding definitions and counter rows; None: the router's choice for
+    # writes of Segment, else "default".
+    "DATABASE": None,
+    # Values one lease takes when a definition does not say (the Segment row's step).
+    "DEFAULT_STEP": 1000,
+    # Fraction of the current range used before the next range is leased in the background.
+    "PREFETCH_THRESHOLD": 0.2,
+    # Largest count next_values() accepts.
+    "MAX_BATCH": 100_000,
+    # Optimistic-lock attempts per lease before LeaseContention, and the first back-off (s);
+    # each retry sleeps a random time up to twice the previous bound.
+    "LEASE_RETRIES": 20,
+    "LEASE_BACKOFF": 0.002,
+    # Longest a caller waits for a lease in flight before BackendUnavailable (s).
+    "LEASE_WAIT_TIMEOUT": 30.0,
+    # Declared sequences: {"order": {"step": 1000, "min_value": 1, ...}}. Used by AUTO_CREATE
+    # and by provisioning.
+    "SEQUENCES": {},
+}
+
+SEQUENCE_KEYS = {"strategy", "step", "min_value", "max_value", "cycle", "template", "options"}
+STRATEGIES = ("segment",)
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    msg: str
+    hint: str
+
+
+def _num(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _pos_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def problems(raw: object, database_aliases: set[str] | None = None) -> list[Problem]:
+    """Everything wrong with a ``DJANGO_SEQUENCES`` value; empty when it is fine."""
+    if not isinstance(raw, dict):
+        return [
+            Problem(
+                "django_sequences.E001",
+                f"{SETTING} must be a dict, not {type(raw).__name__}.",
+                f"Set {SETTING} = {{}} or a dict of the keys in django_sequences.conf.DEFAULTS.",
+            )
+        ]
+    out: list[Problem] = []
+    for key in raw:
+        if key not in DEFAULTS:
+            close = difflib.get_close_matches(str(key), DEFAULTS, n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else f"Known keys: {', '.join(DEFAULTS)}."
+            out.append(
+                Problem("django_sequences.E002", f"{SETTING} has unknown key {key!r}.", hint)
+            )
+    s = {**DEFAULTS, **raw}
+    if not isinstance(s["AUTO_CREATE"], bool):
+        out.append(_type("AUTO_CREATE", "True or False", s))
+    for key in ("DEFAULT_STEP", "MAX_BATCH", "LEASE_RETRIES"):
+        if not _pos_int(s[key]):
+            out.append(_type(key, "an int of at least 1", s))
+    for key in ("LEASE_BACKOFF", "LEASE_WAIT_TIMEOUT"):
+        if not _num(s[key]) or s[key] < 0:
+            out.append(_type(key, "a number of seconds >= 0", s))
+    t = s["PREFETCH_THRESHOLD"]
+    if not _num(t) or not 0 < t < 1:
+        out.append(
+            Problem(
+                "django_sequences.E004",
+                f"{SETTING}['PREFETCH_THRESHOLD'] must be a fraction between 0 and 1 "
+                f"(exclusive); got {t!r}.",
+                "0.2 leases the next range when a fifth of the current one is used.",
+            )
+        )
+    db = s["DATABASE"]
+    if db is not None and (
+        not isinstance(db, str) or (database_aliases is not None and db not in database_aliases)
+    ):
+        out.append(
+            Problem(
+                "django_sequences.E005",
+                f"{SETTING}['DATABASE'] = {db!r} is not a key of DATABASES.",
+                f"Use one of {sorted(database_aliases or [])} or None.",
+            )
+        )
+    out.extend(_sequence_problems(s["SEQUENCES"]))
+    return out
+
+
+def _type(key: str, what: str, s: dict[str, Any]) -> Problem:
+    return Problem(
+        "django_sequences.E003",
+        f"{SETTING}[{key!r}] must be {what}; got {s[key]!r}.",
+        f"The default is {DEFAULTS[key]!r}.",
+    )
+
+
+def _sequence_problems(seqs: object) -> list[Problem]:
+    if not isinstance(seqs, dict):
+        return [
+            Problem(
+                "django_sequences.E006",
+                f"{SETTING}['SEQUENCES'] must be a dict of name -> options, "
+                f"not {type(seqs).__name__}.",
+                'Example: {"order": {"step": 1000}}.',
+            )
+        ]
+    out = []
+    for name, opts in seqs.items():
+        where = f"{SETTING}['SEQUENCES'][{name!r}]"
+        try:
+            check_name(name)
+            if not isinstance(opts, dict):
+                raise InvalidDefinition(f"options must be a dict, not {type(opts).__name__}")
+            unknown = set(opts) - SEQUENCE_KEYS
+            if unknown:
+                raise InvalidDefinition(
+                    f"unknown option(s) {sorted(unknown)}; known: {sorted(SEQUENCE_KEYS)}"
+                )
+            d = sequence_defaults(opts)
+            check_bounds(d["step"], d["min_value"], d["max_value"])
+            if d["strategy"] not in STRATEGIES:
+                raise InvalidDefinition(f"strategy {d['strategy']!r} is not one of {STRATEGIES}")
+        except (InvalidName, InvalidDefinition) as exc:
+            out.append(
+                Problem("django_sequences.E006", f"{where}: {exc}", "Fix or remove this entry.")
+            )
+    return out
+
+
+def sequence_defaults(opts: dict[str, Any], default_step: int | None = None) -> dict[str, Any]:
+    """A declared sequence's options with the model defaults filled in."""
+    return {
+        "strategy": opts.get("strategy", "segment"),
+        "step": opts.get("step", default_step if default_step is not None else 1000),
+        "min_value": opts.get("min_value", 1),
+        "max_value": opts.get("max_value", 2**63 - 1),
+        "cycle": opts.get("cycle", False),
+        "template": opts.get("template", ""),
+        "options": opts.get("options", {}),
+    }
+
+
+class AppSettings:
+    """Attribute access to ``DJANGO_SEQUENCES`` merged over :data:`DEFAULTS`."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> dict[str, Any]:
+        from django.conf import settings
+
+        raw = getattr(settings, SETTING, {})
+        found = problems(raw, set(settings.DATABASES))
+        if found:
+            p = found[0]
+            raise ConfigurationError(f"{p.msg} {p.hint} ({p.id})")
+        return {**DEFAULTS, **cast(dict[str, Any], raw)}  # a dict: problems() found no E001
+
+    def as_dict(self) -> dict[str, Any]:
+        cache = self._cache
+        if cache is None:
+            with self._lock:
+                cache = self._cache = self._load()
+        return cache
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"{SETTING} has no setting {name!r}")
+        return self.as_dict()[name]
+
+    def reload(self) -> None:
+        self._cache = None
+
+
+app_settings = AppSettings()
+
+
+def on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in (SETTING, "DATABASES"):
+        app_settings.reload()
+        from . import registry
+
+        registry.reset()

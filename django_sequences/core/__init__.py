@@ -1,0 +1,1 @@
+"""Pure-Python building blocks: no Django import anywhere below this package."""

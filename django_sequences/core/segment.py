@@ -1,0 +1,270 @@
+"""The segment generator: trend-increasing values from leased ranges, double-buffered.
+
+Algorithm. The generator holds a *current* range ``[_cur, _last]`` and at most one *next* range.
+``next()`` takes the lock, hands out ``_cur`` and adds one: no I/O, no allocation beyond the int.
+When the value handed out reaches ``_trigger`` (the point where ``PREFETCH_THRESHOLD`` of the
+current range is used), the generator asks the process's prefetcher thread to lease the next
+range. When the current range runs out, the next one is swapped in; only if it is not there yet
+does the caller wait for the lease in flight, or lease synchronously when none is in flight.
+
+What ``_lock`` protects: every attribute below prefixed with an underscore except ``_lease``,
+``_prefetcher``, ``_clock`` and ``name``. I/O never happens while it is held; ``_cond`` (on the
+same lock) lets callers wait for a lease in flight.
+
+Values within one process increase (ranges are leased in increasing order, except after a
+``cycle`` wrap). Values across processes are unique and trend-increasing. A process that exits
+loses what is left of its ranges: gaps, never duplicates.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..exceptions import BackendUnavailable
+from . import forking
+from .clock import SYSTEM_CLOCK, Clock
+from .prefetch import Prefetcher, default_prefetcher
+
+#: ``lease(count)`` returns ``(first, last)``, both inclusive; ``count=None`` means the store's
+#: own step. It commits on its own and raises a django_sequences error on failure.
+LeaseFn = Callable[[int | None], tuple[int, int]]
+
+_NEVER = 1 << 200  # a trigger no value reaches
+
+
+@dataclass(frozen=True)
+class SegmentStatus:
+    name: str
+    strategy: str
+    current: int | None
+    """The next value this process will hand out, or None when its range is used up."""
+    range: tuple[int, int] | None
+    """The current range, inclusive."""
+    remaining: int
+    """Values left in the current and the prefetched range."""
+    next_range: tuple[int, int] | None
+    prefetching: bool
+    leases: int
+    """Ranges this process leased."""
+    issued: int
+    """Values this process handed out."""
+    rate: float
+    """Values per second this process handed out recently."""
+    last_error: str | None
+
+
+class SegmentGenerator:
+    """Double-buffered, prefetching range generator (see the module docstring)."""
+
+    strategy = "segment"
+
+    def __init__(
+        self,
+        name: str,
+        lease: LeaseFn,
+        *,
+        threshold: float = 0.2,
+        wait_timeout: float = 30.0,
+        prefetcher: Prefetcher | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.name = name
+        self._lease = lease
+        self._threshold = threshold
+        self._wait_timeout = wait_timeout
+        self._prefetcher = prefetcher
+        self._clock = clock
+        self._init_state()
+        forking.register(self)
+
+    def _init_state(self) -> None:
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._cur = 1
+        self._last = 0  # empty: _cur > _last
+        self._first = 1
+        self._trigger = _NEVER
+        self._next: tuple[int, int] | None = None
+        self._fetching = False
+        self._leases = 0
+        self._consumed = 0  # sizes of the ranges used up before the current one
+        self._step_hint = 1
+        self._last_error: BaseException | None = None
+        # (monotonic time, values issued up to then) at each range change; feeds ``rate``
+        self._history: collections.deque[tuple[float, int]] = collections.deque(maxlen=16)
+
+    # --- the fast path -------------------------------------------------------------------
+
+    def next(self) -> int:
+        """Return one value."""
+        with self._lock:
+            v = self._cur
+            if v <= self._last:
+                self._cur = v + 1
+                if v >= self._trigger:
+                    self._request_prefetch()
+                return v
+        return self._take_slow(1)[0]
+
+    def take(self, count: int) -> range | list[int]:
+        """Return ``count`` values: a ``range`` when they are contiguous, else a list.
+
+        ``count`` is trusted here; the public API validates it.
+        """
+        with self._lock:
+            v = self._cur
+            end = v + count
+            if end - 1 <= self._last:
+                self._cur = end
+                if end - 1 >= self._trigger:
+                    self._request_prefetch()
+                return range(v, end)
+        return self._take_slow(count)
+
+    # --- everything else runs rarely -----------------------------------------------------
+
+    def _request_prefetch(self) -> None:
+        # lock held
+        self._trigger = _NEVER
+        if not self._fetching and self._next is None:
+            self._fetching = True
+            (self._prefetcher or default_prefetcher()).submit(self)
+
+    def _install(self, first: int, last: int) -> None:
+        # lock held; makes [first, last] the current range
+        self._consumed += self._last - self._first + 1 if self._last >= self._first else 0
+        self._first = first
+        self._cur = first
+        self._last = last
+        size = last - first + 1
+        self._trigger = first + int(size * self._threshold)
+        self._history.append((self._clock.monotonic(), self._consumed))
+
+    def _take_slow(self, count: int) -> range | list[int]:
+        pieces: list[range] = []
+        need = count
+        deadline = self._clock.monotonic() + self._wait_timeout
+        while need:
+            lease_size: int | None
+            with self._lock:
+                while True:
+                    avail = self._last - self._cur + 1
+                    if avail > 0:
+                        k = min(need, avail)
+                        pieces.append(range(self._cur, self._cur + k))
+                        self._cur += k
+                        need -= k
+                        if self._cur - 1 >= self._trigger:
+                            self._request_prefetch()
+                        if not need:
+                            break
+                        continue
+                    if self._next is not None:
+                        first, last = self._next
+                        self._next = None
+                        self._install(first, last)
+                        continue
+                    if self._fetching:
+                        left = deadline - self._clock.monotonic()
+                        if left <= 0:
+                            raise BackendUnavailable(
+                                f"Sequence {self.name!r}: no range after waiting "
+                                f"{self._wait_timeout:g} s for a lease in flight."
+                            )
+                        self._cond.wait(left)
+                        continue
+                    # nothing cached and nothing in flight: lease here, outside the lock
+                    self._fetching = True
+                    lease_size = need if need > self._step_hint else None
+                    break
+                if not need:
+                    break
+            try:
+                first, last = self._lease(lease_size)
+            except BaseException as exc:
+                with self._lock:
+                    self._fetching = False
+                    self._last_error = exc
+                    self._cond.notify_all()
+                raise
+            with self._lock:
+                self._fetching = False
+                self._leases += 1
+                self._last_error = None
+                if lease_size is None:
+                    self._step_hint = last - first + 1
+                self._next = (first, last)
+                self._cond.notify_all()
+        return _join(pieces)
+
+    def _prefetch(self) -> None:
+        """Lease the next range; called on the prefetcher thread."""
+        try:
+            first, last = self._lease(None)
+        except BaseException as exc:
+            with self._lock:
+                self._fetching = False
+                self._last_error = exc
+                self._cond.notify_all()
+            # The caller that runs the range dry leases synchronously and sees the error then.
+            return
+        with self._lock:
+            self._fetching = False
+            self._leases += 1
+            self._last_error = None
+            self._step_hint = last - first + 1
+            if self._next is None:
+                self._next = (first, last)
+            self._cond.notify_all()
+
+    def status(self) -> SegmentStatus:
+        with self._lock:
+            has = self._cur <= self._last
+            remaining = max(0, self._last - self._cur + 1)
+            nxt = self._next
+            if nxt is not None:
+                remaining += nxt[1] - nxt[0] + 1
+            issued = self._consumed + (self._cur - self._first if self._last >= self._first else 0)
+            now = self._clock.monotonic()
+            rate = 0.0
+            if self._history:
+                t0, n0 = self._history[0]
+                if now > t0:
+                    rate = (issued - n0) / (now - t0)
+            err = self._last_error
+            return SegmentStatus(
+                name=self.name,
+                strategy=self.strategy,
+                current=self._cur if has else None,
+                range=(self._first, self._last) if self._last >= self._first else None,
+                remaining=remaining,
+                next_range=nxt,
+                prefetching=self._fetching,
+                leases=self._leases,
+                issued=issued,
+                rate=rate,
+                last_error=f"{type(err).__name__}: {err}" if err is not None else None,
+            )
+
+    def _after_fork_in_child(self) -> None:
+        # Drop every range inherited from the parent (I3): the parent may still hand them out.
+        self._init_state()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def _join(pieces: list[range]) -> range | list[int]:
+    """One ``range`` when the pieces are contiguous, else a flat list."""
+    if len(pieces) == 1:
+        return pieces[0]
+    if all(a.stop == b.start for a, b in itertools.pairwise(pieces)):
+        return range(pieces[0].start, pieces[-1].stop)
+    out: list[int] = []
+    for p in pieces:
+        out.extend(p)
+    return out

@@ -1,0 +1,85 @@
+"""Every error a caller of django_sequences can see.
+
+All of them derive from :class:`SequenceError`. Errors about bad input also derive from
+``ValueError`` (or ``TypeError``) so code that already catches those keeps working. This module
+imports nothing from Django, so ``core/`` can raise these without Django being set up.
+"""
+
+from __future__ import annotations
+
+
+class SequenceError(Exception):
+    """Base class of every django_sequences error."""
+
+
+class SequenceNotFound(SequenceError, LookupError):
+    """No sequence definition has this name (and ``AUTO_CREATE`` is off)."""
+
+    def __init__(self, name: str, *, using: str | None = None) -> None:
+        self.name = name
+        where = f" on database {using!r}" if using else ""
+        super().__init__(
+            f"No sequence named {name!r}{where}. Create it with "
+            f"Sequence.objects.define({name!r}, ...), declare it in "
+            f'DJANGO_SEQUENCES["SEQUENCES"] and run provisioning, or set '
+            f'DJANGO_SEQUENCES["AUTO_CREATE"] = True.'
+        )
+
+
+class SequenceExhausted(SequenceError):
+    """The sequence reached its limit and does not cycle."""
+
+    def __init__(self, name: str, limit: int, message: str | None = None) -> None:
+        self.name = name
+        self.limit = limit
+        super().__init__(
+            message
+            or f"Sequence {name!r} reached its max_value {limit}; "
+            f"raise max_value or set cycle=True."
+        )
+
+
+class LeaseContention(SequenceError):
+    """The optimistic-lock update lost every one of its bounded retries."""
+
+    def __init__(self, key: str, attempts: int) -> None:
+        self.key = key
+        self.attempts = attempts
+        super().__init__(
+            f"Could not lease a range of {key!r}: the row changed under us {attempts} times in a "
+            f"row. Raise the sequence's step so leases are rarer, or raise "
+            f'DJANGO_SEQUENCES["LEASE_RETRIES"].'
+        )
+
+
+class BackendUnavailable(SequenceError):
+    """The store behind a sequence (database, Redis) could not be reached in time."""
+
+
+class InvalidName(SequenceError, ValueError):
+    """A sequence name that is empty, too long, not a string or has forbidden characters."""
+
+
+class InvalidCount(SequenceError, ValueError):
+    """A batch size outside 1 … ``MAX_BATCH``, or not an integer."""
+
+
+class InvalidDefinition(SequenceError, ValueError):
+    """A sequence definition whose step, bounds or strategy cannot work."""
+
+
+class ConfigurationError(SequenceError):
+    """``DJANGO_SEQUENCES`` holds a value that cannot work (the system checks say the same)."""
+
+
+__all__ = [
+    "BackendUnavailable",
+    "ConfigurationError",
+    "InvalidCount",
+    "InvalidDefinition",
+    "InvalidName",
+    "LeaseContention",
+    "SequenceError",
+    "SequenceExhausted",
+    "SequenceNotFound",
+]

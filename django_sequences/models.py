@@ -1,0 +1,119 @@
+"""Sequence definitions and their counter rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from .compat import check_constraint
+from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
+from .exceptions import InvalidDefinition, InvalidName
+from .managers import SegmentManager, SequenceManager
+
+#: Longest counter-row key: a sequence name plus a period, shard or partition suffix.
+MAX_KEY_LENGTH = 191
+
+
+class Strategy(models.TextChoices):
+    SEGMENT = "segment", _("segment (leased ranges, trend-increasing)")
+
+
+class Sequence(models.Model):
+    """A named sequence: how its values are made. Its counters live in :class:`Segment` rows."""
+
+    name = models.CharField(_("name"), max_length=MAX_NAME_LENGTH, unique=True)
+    strategy = models.CharField(
+        _("strategy"), max_length=32, choices=Strategy.choices, default=Strategy.SEGMENT
+    )
+    step = models.BigIntegerField(
+        _("step"),
+        default=1000,
+        help_text=_("Values one lease takes. Edits apply at the next lease."),
+    )
+    min_value = models.BigIntegerField(_("min value"), default=1)
+    max_value = models.BigIntegerField(_("max value"), default=BIGINT_MAX)
+    cycle = models.BooleanField(
+        _("cycle"), default=False, help_text=_("Start again at min value after max value.")
+    )
+    template = models.CharField(_("template"), max_length=255, blank=True)
+    options = models.JSONField(_("options"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    objects = SequenceManager()
+
+    class Meta:
+        verbose_name = _("sequence")
+        verbose_name_plural = _("sequences")
+        ordering = ["name"]
+        constraints = [
+            check_constraint(Q(step__gte=1), "django_sequences_sequence_step_positive"),
+            check_constraint(
+                Q(min_value__lt=F("max_value")), "django_sequences_sequence_min_lt_max"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save, and make step and bounds edits reach this sequence's counter rows.
+
+        The rows are read at every lease, so an edit takes effect at the next lease.
+        """
+        check_name(self.name)
+        check_bounds(self.step, self.min_value, self.max_value)
+        super().save(*args, **kwargs)
+        self.segments.using(kwargs.get("using") or self._state.db).update(
+            step=self.step, min_value=self.min_value, max_value=self.max_value
+        )
+
+    def clean(self) -> None:
+        try:
+            check_name(self.name)
+        except InvalidName as exc:
+            raise ValidationError({"name": str(exc)}) from exc
+        try:
+            check_bounds(self.step, self.min_value, self.max_value)
+        except InvalidDefinition as exc:
+            raise ValidationError(str(exc)) from exc
+
+
+class Segment(models.Model):
+    """A counter row in the ``t_pub_sequence`` shape, leased by optimistic lock.
+
+    ``value`` is the last value leased out (``min_value - 1`` before the first lease). One
+    :class:`Sequence` may own several rows (per period, shard or partition); ``key`` says which.
+    """
+
+    sequence = models.ForeignKey(
+        Sequence, on_delete=models.CASCADE, related_name="segments", verbose_name=_("sequence")
+    )
+    key = models.CharField(_("key"), max_length=MAX_KEY_LENGTH, unique=True)
+    value = models.BigIntegerField(_("last leased value"))
+    min_value = models.BigIntegerField(_("min value"), default=1)
+    max_value = models.BigIntegerField(_("max value"), default=BIGINT_MAX)
+    step = models.BigIntegerField(_("step"), default=1000)
+    version = models.BigIntegerField(_("version"), default=0)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    objects = SegmentManager()
+
+    class Meta:
+        verbose_name = _("counter row")
+        verbose_name_plural = _("counter rows")
+        ordering = ["key"]
+        constraints = [
+            check_constraint(Q(step__gte=1), "django_sequences_segment_step_positive"),
+            check_constraint(
+                Q(min_value__lt=F("max_value")), "django_sequences_segment_min_lt_max"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.key

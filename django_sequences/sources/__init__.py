@@ -1,0 +1,1 @@
+"""Where numbers are persisted and leased. Each source commits its leases on its own."""

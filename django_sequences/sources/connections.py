@@ -1,0 +1,118 @@
+"""Private database connections for leasing (invariant I2).
+
+A lease must commit on its own, even when the caller is inside ``transaction.atomic()`` on the
+same database, and a rolled-back caller must not give a leased range back to the store (another
+process might then lease it too while this one still hands it out). So leases never run on the
+caller's connection: each process keeps one extra connection per database alias, made from a
+copy of that alias's settings (so it follows the test database too), in autocommit mode.
+
+The connection is shared by every thread of the process under ``lock`` (leases are rare: one
+per range), marked with ``inc_thread_sharing()`` so Django allows that. It is reopened when the
+server went away. After ``fork()`` the child drops it *without closing it*: closing would send
+the server a goodbye on the socket the parent still uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import load_backend
+
+from ..core import forking
+
+# Inherited connections parked in a forked child so that garbage collection never closes them.
+_orphans: list[Any] = []
+
+
+class LeaseConnection:
+    """One private, autocommit connection to a database alias, shared by this process's threads."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.lock = threading.RLock()
+        self._wrapper: BaseDatabaseWrapper | None = None
+        forking.register(self)
+
+    def _make(self) -> BaseDatabaseWrapper:
+        settings_dict = copy.deepcopy(connections[self.alias].settings_dict)
+        backend = load_backend(settings_dict["ENGINE"])
+        wrapper: BaseDatabaseWrapper = backend.DatabaseWrapper(
+            settings_dict, alias=f"{self.alias}:django_sequences"
+        )
+        wrapper.inc_thread_sharing()
+        return wrapper
+
+    @contextmanager
+    def use(self) -> Iterator[BaseDatabaseWrapper]:
+        """The wrapper, locked for this thread; autocommit is on."""
+        with self.lock:
+            w = self._wrapper
+            if w is None:
+                w = self._wrapper = self._make()
+            w.close_if_unusable_or_obsolete()
+            w.ensure_connection()
+            yield w
+
+    def discard(self) -> None:
+        """Close the connection (after an error; it is reopened on next use)."""
+        with self.lock:
+            w, self._wrapper = self._wrapper, None
+            if w is not None:
+                # a dead connection may fail to close; it is dropped anyway
+                with contextlib.suppress(Exception):
+                    w.close()
+
+    def _after_fork_in_child(self) -> None:
+        if self._wrapper is not None and self._wrapper.connection is not None:
+            _orphans.append(self._wrapper.connection)
+            self._wrapper.connection = None
+        self._wrapper = None
+        self.lock = threading.RLock()
+
+
+_by_alias: dict[str, LeaseConnection] = {}
+_by_alias_lock = threading.Lock()
+
+
+def lease_connection(alias: str) -> LeaseConnection:
+    conn = _by_alias.get(alias)
+    if conn is None:
+        with _by_alias_lock:
+            conn = _by_alias.get(alias)
+            if conn is None:
+                conn = _by_alias[alias] = LeaseConnection(alias)
+    return conn
+
+
+def close_all() -> None:
+    """Close every private lease connection of this process (tests, shutdown)."""
+    for conn in list(_by_alias.values()):
+        conn.discard()
+
+
+def resolve_alias(using: str | None) -> str:
+    """The alias that holds definitions and counter rows for a call with ``using``."""
+    if using is not None:
+        if using not in connections.settings:
+            from ..exceptions import ConfigurationError
+
+            raise ConfigurationError(
+                f"using={using!r} is not a key of DATABASES; use one of "
+                f"{sorted(connections.settings)}."
+            )
+        return using
+    from ..conf import app_settings
+
+    alias = app_settings.DATABASE
+    if alias is None:
+        from ..models import Segment
+
+        alias = router.db_for_write(Segment) or DEFAULT_DB_ALIAS
+    return str(alias)

@@ -1,0 +1,108 @@
+"""Settings for the demo and the tests. ``DB=sqlite|postgresql|mysql`` picks the database."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET_KEY = "django-sequences-testproject-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_sequences",
+    "testproject.shop",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DB = os.environ.get("DB", "sqlite")
+# A suffix keeps concurrent runs (tox environments) off each other's test databases.
+_SUFFIX = os.environ.get("DJANGO_SEQUENCES_TEST_SUFFIX", "")
+
+DATABASES: dict[str, dict[str, Any]]
+if DB == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("SQLITE_PATH", str(BASE_DIR / "demo.sqlite3")),
+            # A file, not memory: leases run on a second connection (and other processes).
+            "TEST": {"NAME": str(BASE_DIR / f".test{_SUFFIX}.sqlite3")},
+            "OPTIONS": {"timeout": 30},
+        }
+    }
+elif DB == "postgresql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "test",
+            "USER": "postgres",
+            "HOST": "127.0.0.1",
+            "PORT": 5432,
+            "TEST": {"NAME": f"test_django_sequences{_SUFFIX}"},
+        }
+    }
+elif DB == "mysql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": "test",
+            "USER": "root",
+            "PASSWORD": "",
+            "HOST": "127.0.0.1",
+            "PORT": 3306,
+            "OPTIONS": {"charset": "utf8mb4"},
+            "TEST": {"NAME": f"test_django_sequences{_SUFFIX}", "CHARSET": "utf8mb4"},
+        }
+    }
+else:
+    raise RuntimeError(f"DB must be sqlite, postgresql or mysql; got {DB!r}")
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+DJANGO_SEQUENCES: dict[str, Any] = {
+    "SEQUENCES": {
+        "order": {"step": 1000},
+        "invoice": {"step": 100},
+    },
+}
+
+STATIC_URL = "/static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_sequences": {"handlers": ["console"], "level": "WARNING"}},
+}
