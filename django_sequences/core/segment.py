@@ -92,7 +92,7 @@ class SegmentGenerator:
         self._fetching = False
         self._leases = 0
         self._consumed = 0  # sizes of the ranges used up before the current one
-        self._step_hint = 1
+        self._step_hint = 0  # size of a regular lease; 0 until the first one
         self._last_error: BaseException | None = None
         # (monotonic time, values issued up to then) at each range change; feeds ``rate``
         self._history: collections.deque[tuple[float, int]] = collections.deque(maxlen=16)
@@ -158,9 +158,10 @@ class SegmentGenerator:
                         pieces.append(range(self._cur, self._cur + k))
                         self._cur += k
                         need -= k
-                        if self._cur - 1 >= self._trigger:
-                            self._request_prefetch()
                         if not need:
+                            # (not earlier: a big take leases its remainder itself, at once)
+                            if self._cur - 1 >= self._trigger:
+                                self._request_prefetch()
                             break
                         continue
                     if self._next is not None:
@@ -179,7 +180,7 @@ class SegmentGenerator:
                         continue
                     # nothing cached and nothing in flight: lease here, outside the lock
                     self._fetching = True
-                    lease_size = need if need > self._step_hint else None
+                    lease_size = need if need > self._step_hint > 0 else None
                     break
                 if not need:
                     break

@@ -1,0 +1,1 @@
+"""Throughput and latency benchmarks: ``scripts/bench`` runs ``python -m benchmarks.run``."""
