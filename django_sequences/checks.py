@@ -1,4 +1,4 @@
-"""System checks. Ids are stable: ``django_sequences.E001`` … (see docs/checks.md)."""
+"""System checks. Ids are stable: ``django_sequences.E001`` … (see docs/settings.md)."""
 
 from __future__ import annotations
 

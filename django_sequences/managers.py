@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 def _select(w: BaseDatabaseWrapper, qs: models.QuerySet[Any, Any]) -> list[Any]:
     """Run a ``values_list`` queryset on the private connection ``w``."""
-    return list(qs.query.get_compiler(connection=w).results_iter())  # type: ignore[no-untyped-call]
+    return list(qs.query.get_compiler(connection=w).results_iter())
 
 
 def _insert(w: BaseDatabaseWrapper, obj: models.Model) -> None:
@@ -47,7 +47,7 @@ def _insert(w: BaseDatabaseWrapper, obj: models.Model) -> None:
     ]
     q = InsertQuery(type(obj))
     q.insert_values(fields, [obj])
-    rows = q.get_compiler(connection=w).execute_sql([meta.pk])  # type: ignore[arg-type]
+    rows = q.get_compiler(connection=w).execute_sql([meta.pk])
     if rows and obj.pk is None:
         obj.pk = rows[0][0]
 
@@ -254,7 +254,7 @@ def _lease_sql(model: type[Segment], alias: str) -> _LeaseSQL:
         select = (
             f"SELECT s.{col('value')}, s.{col('min_value')}, s.{col('max_value')}, "
             f"s.{col('step')}, s.{col('version')}, d.{col('cycle', defn)}, d.{col('name', defn)} "
-            f"FROM {t} s JOIN {d} d ON d.{qn(defn.pk.column)} = s.{col('sequence')} "
+            f"FROM {t} s JOIN {d} d ON d.{qn(str(defn.pk.column))} = s.{col('sequence')} "
             f"WHERE s.{col('key')} = %s"
         )
         update = (

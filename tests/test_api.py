@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -84,7 +86,7 @@ def test_bad_names_raise_invalid_name_and_write_nothing(name: object) -> None:
     with override_settings(DJANGO_SEQUENCES={"AUTO_CREATE": True}):
         for call in (next_value, get_sequence, lambda n: next_values(n, 1)):
             with pytest.raises(InvalidName):
-                call(name)  # type: ignore[operator]
+                call(name)  # type: ignore[arg-type]
     with pytest.raises(InvalidName):
         Sequence.objects.define(name)  # type: ignore[arg-type]
     assert not Sequence.objects.exists()
@@ -118,7 +120,7 @@ def test_bad_counts_raise_value_errors_and_consume_nothing(count: object) -> Non
         ({"cycle": "yes"}, "cycle must be True or False"),
     ],
 )
-def test_bad_definitions_raise_and_write_nothing(kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
+def test_bad_definitions_raise_and_write_nothing(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidDefinition, match=message):
         Sequence.objects.define("order", **kwargs)
     assert not Sequence.objects.exists()

@@ -57,7 +57,7 @@ def test_unknown_key_suggests_the_close_one() -> None:
 def test_the_check_command_fails_on_bad_settings() -> None:
     with (
         override_settings(DJANGO_SEQUENCES={"PREFETCH_THRESHOLD": 5}),
-        pytest.raises(SystemCheckError, match="django_sequences.E004"),
+        pytest.raises(SystemCheckError, match=r"django_sequences\.E004"),
     ):
         call_command("check")
 
