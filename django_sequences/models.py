@@ -22,13 +22,9 @@ class Strategy(models.TextChoices):
     SEGMENT = "segment", _("segment (leased ranges, trend-increasing)")
 
 
-class Sequence(models.Model):
-    """A named sequence: how its values are made. Its counters live in :class:`Segment` rows."""
+class _Bounds(models.Model):
+    """What a definition and its counter rows share: step, bounds and timestamps."""
 
-    name = models.CharField(_("name"), max_length=MAX_NAME_LENGTH, unique=True)
-    strategy = models.CharField(
-        _("strategy"), max_length=32, choices=Strategy.choices, default=Strategy.SEGMENT
-    )
     step = models.BigIntegerField(
         _("step"),
         default=1000,
@@ -36,26 +32,36 @@ class Sequence(models.Model):
     )
     min_value = models.BigIntegerField(_("min value"), default=1)
     max_value = models.BigIntegerField(_("max value"), default=BIGINT_MAX)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        abstract = True
+        constraints = [
+            check_constraint(Q(step__gte=1), "%(app_label)s_%(class)s_step_positive"),
+            check_constraint(Q(min_value__lt=F("max_value")), "%(app_label)s_%(class)s_min_lt_max"),
+        ]
+
+
+class Sequence(_Bounds):
+    """A named sequence: how its values are made. Its counters live in :class:`Segment` rows."""
+
+    name = models.CharField(_("name"), max_length=MAX_NAME_LENGTH, unique=True)
+    strategy = models.CharField(
+        _("strategy"), max_length=32, choices=Strategy.choices, default=Strategy.SEGMENT
+    )
     cycle = models.BooleanField(
         _("cycle"), default=False, help_text=_("Start again at min value after max value.")
     )
     template = models.CharField(_("template"), max_length=255, blank=True)
     options = models.JSONField(_("options"), default=dict, blank=True)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
-    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     objects = SequenceManager()
 
-    class Meta:
+    class Meta(_Bounds.Meta):
         verbose_name = _("sequence")
         verbose_name_plural = _("sequences")
         ordering = ["name"]
-        constraints = [
-            check_constraint(Q(step__gte=1), "django_sequences_sequence_step_positive"),
-            check_constraint(
-                Q(min_value__lt=F("max_value")), "django_sequences_sequence_min_lt_max"
-            ),
-        ]
 
     def __str__(self) -> str:
         return self.name
@@ -83,7 +89,7 @@ class Sequence(models.Model):
             raise ValidationError(str(exc)) from exc
 
 
-class Segment(models.Model):
+class Segment(_Bounds):
     """A counter row in the ``t_pub_sequence`` shape, leased by optimistic lock.
 
     ``value`` is the last value leased out (``min_value - 1`` before the first lease). One
@@ -95,25 +101,14 @@ class Segment(models.Model):
     )
     key = models.CharField(_("key"), max_length=MAX_KEY_LENGTH, unique=True)
     value = models.BigIntegerField(_("last leased value"))
-    min_value = models.BigIntegerField(_("min value"), default=1)
-    max_value = models.BigIntegerField(_("max value"), default=BIGINT_MAX)
-    step = models.BigIntegerField(_("step"), default=1000)
     version = models.BigIntegerField(_("version"), default=0)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
-    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     objects = SegmentManager()
 
-    class Meta:
+    class Meta(_Bounds.Meta):
         verbose_name = _("counter row")
         verbose_name_plural = _("counter rows")
         ordering = ["key"]
-        constraints = [
-            check_constraint(Q(step__gte=1), "django_sequences_segment_step_positive"),
-            check_constraint(
-                Q(min_value__lt=F("max_value")), "django_sequences_segment_min_lt_max"
-            ),
-        ]
 
     def __str__(self) -> str:
         return self.key

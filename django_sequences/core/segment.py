@@ -19,6 +19,7 @@ loses what is left of its ranges: gaps, never duplicates.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import threading
 from collections.abc import Callable
@@ -184,42 +185,33 @@ class SegmentGenerator:
                     break
                 if not need:
                     break
-            try:
-                first, last = self._lease(lease_size)
-            except BaseException as exc:
-                with self._lock:
-                    self._fetching = False
-                    self._last_error = exc
-                    self._cond.notify_all()
-                raise
-            with self._lock:
-                self._fetching = False
-                self._leases += 1
-                self._last_error = None
-                if lease_size is None:
-                    self._step_hint = last - first + 1
-                self._next = (first, last)
-                self._cond.notify_all()
+            self._lease_into_next(lease_size)
         return _join(pieces)
 
     def _prefetch(self) -> None:
         """Lease the next range; called on the prefetcher thread."""
+        # On failure the caller that runs the range dry leases itself and sees the error then.
+        with contextlib.suppress(BaseException):
+            self._lease_into_next(None)
+
+    def _lease_into_next(self, size: int | None) -> None:
+        """Lease (outside the lock) and store the range as the next one; ``_fetching`` is set
+        by the caller and cleared here, and waiters are woken, whatever happens."""
         try:
-            first, last = self._lease(None)
+            first, last = self._lease(size)
         except BaseException as exc:
             with self._lock:
                 self._fetching = False
                 self._last_error = exc
                 self._cond.notify_all()
-            # The caller that runs the range dry leases synchronously and sees the error then.
-            return
+            raise
         with self._lock:
             self._fetching = False
             self._leases += 1
             self._last_error = None
-            self._step_hint = last - first + 1
-            if self._next is None:
-                self._next = (first, last)
+            if size is None:
+                self._step_hint = last - first + 1
+            self._next = (first, last)
             self._cond.notify_all()
 
     def status(self) -> SegmentStatus:
