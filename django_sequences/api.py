@@ -3,28 +3,50 @@
 from __future__ import annotations
 
 from .conf import app_settings
-from .core.segment import SegmentStatus
+from .core.base import IdGenerator, KeyedGenerator, Status
 from .core.validation import check_count
+from .exceptions import InvalidKey
 from .registry import _generators, get
 
 
-def next_value(name: str, *, using: str | None = None) -> int:
-    """The next value of sequence ``name``: unique, and increasing within this process."""
+def next_value(name: str, *, key: str | None = None, using: str | None = None) -> int:
+    """The next value of sequence ``name``: unique, and increasing within this process.
+
+    ``key`` is the sub-key of a sharded sequence (order holds per sub-key).
+    """
     try:
         gen = _generators[using][name]
     except (KeyError, TypeError):
         gen = get(name, using)
-    return gen.next()
+    if key is None:
+        return gen.next()
+    return _keyed(gen, key).next_for(key)
 
 
-def next_values(name: str, count: int, *, using: str | None = None) -> range | list[int]:
+def next_values(
+    name: str, count: int, *, key: str | None = None, using: str | None = None
+) -> range | list[int]:
     """``count`` values of sequence ``name``: a ``range`` when they are contiguous, else a list.
 
     ``count`` must be an int from 1 to ``DJANGO_SEQUENCES["MAX_BATCH"]``
     (:class:`~django_sequences.exceptions.InvalidCount`, a ``ValueError``, otherwise).
     """
     check_count(count, app_settings.MAX_BATCH)
-    return get(name, using).take(count)
+    gen = get(name, using)
+    if key is None:
+        return gen.take(count)
+    return _keyed(gen, key).take_for(key, count)
+
+
+def _keyed(gen: IdGenerator, key: object) -> KeyedGenerator:
+    if not isinstance(gen, KeyedGenerator):
+        raise InvalidKey(
+            f"Sequence {gen.name!r} (strategy {gen.strategy!r}) takes no key; only sharded "
+            f"sequences do (strategy 'strict' with options['shards'])."
+        )
+    if not isinstance(key, str) or not key or len(key) > 255:
+        raise InvalidKey(f"A sub-key is a str of 1 to 255 characters; got {key!r}.")
+    return gen
 
 
 class SequenceHandle:
@@ -41,14 +63,18 @@ class SequenceHandle:
         self.name = name
         self.using = using
 
-    def next(self) -> int:
-        return self._gen.next()
+    def next(self, *, key: str | None = None) -> int:
+        if key is None:
+            return self._gen.next()
+        return _keyed(self._gen, key).next_for(key)
 
-    def take(self, count: int) -> range | list[int]:
+    def take(self, count: int, *, key: str | None = None) -> range | list[int]:
         check_count(count, app_settings.MAX_BATCH)
-        return self._gen.take(count)
+        if key is None:
+            return self._gen.take(count)
+        return _keyed(self._gen, key).take_for(key, count)
 
-    def status(self) -> SegmentStatus:
+    def status(self) -> Status:
         """This process's view: current range, what remains cached, values per second."""
         return self._gen.status()
 

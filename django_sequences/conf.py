@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, cast
 
+from .core.base import SequenceSpec
 from .core.validation import check_bounds, check_name
 from .exceptions import ConfigurationError, InvalidDefinition, InvalidName
 
@@ -45,7 +46,6 @@ DEFAULTS: dict[str, Any] = {
 }
 
 SEQUENCE_KEYS = {"strategy", "step", "min_value", "max_value", "cycle", "template", "options"}
-STRATEGIES = ("segment",)
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,11 @@ def _sequence_problems(seqs: object) -> list[Problem]:
                 )
             d = sequence_defaults(opts)
             check_bounds(d["step"], d["min_value"], d["max_value"])
-            if d["strategy"] not in STRATEGIES:
-                raise InvalidDefinition(f"strategy {d['strategy']!r} is not one of {STRATEGIES}")
+            if not isinstance(d["options"], dict):
+                raise InvalidDefinition(f"options must be a dict, not {d['options']!r}")
+            from .strategies import validate
+
+            validate(SequenceSpec(name=name, **d))
         except (InvalidName, InvalidDefinition) as exc:
             out.append(
                 Problem("django_sequences.E006", f"{where}: {exc}", "Fix or remove this entry.")

@@ -64,6 +64,10 @@ class InvalidCount(SequenceError, ValueError):
     """A batch size outside 1 … ``MAX_BATCH``, or not an integer."""
 
 
+class InvalidKey(SequenceError, ValueError):
+    """A sub-key given to a sequence that takes none, or a bad sub-key."""
+
+
 class InvalidDefinition(SequenceError, ValueError):
     """A sequence definition whose step, bounds or strategy cannot work."""
 
@@ -77,6 +81,7 @@ __all__ = [
     "ConfigurationError",
     "InvalidCount",
     "InvalidDefinition",
+    "InvalidKey",
     "InvalidName",
     "LeaseContention",
     "SequenceError",

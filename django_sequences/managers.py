@@ -17,6 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
+from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_count, check_name
 from .exceptions import (
     BackendUnavailable,
@@ -53,12 +54,26 @@ def _insert(w: BaseDatabaseWrapper, obj: models.Model) -> None:
 
 
 class SequenceManager(models.Manager["Sequence"]):
-    def exists_committed(self, name: str, *, using: str | None = None) -> bool:
-        """Whether ``name`` is defined, read on the private connection (outside the caller's
-        transaction, and safe in a forked child)."""
+    def spec(self, name: str, *, using: str | None = None) -> SequenceSpec | None:
+        """The committed definition of ``name``, or None; read on the private connection
+        (outside the caller's transaction, and safe in a forked child)."""
         alias = resolve_alias(using)
+        fields = ("strategy", "step", "min_value", "max_value", "cycle", "template", "options")
         with _guard(alias), lease_connection(alias).use() as w:
-            return bool(_select(w, self.model.objects.filter(name=name).values_list("pk")))
+            found = _select(w, self.model.objects.filter(name=name).values_list(*fields))
+        if not found:
+            return None
+        strategy, step, lo, hi, cycle, template, options = found[0]
+        return SequenceSpec(
+            name=name,
+            strategy=strategy,
+            step=step,
+            min_value=lo,
+            max_value=hi,
+            cycle=bool(cycle),
+            template=template,
+            options=options if isinstance(options, dict) else {},
+        )
 
     def define(
         self,
@@ -78,14 +93,18 @@ class SequenceManager(models.Manager["Sequence"]):
 
         With ``exist_ok`` an existing sequence of that name is returned unchanged.
         """
-        from .conf import STRATEGIES
+        from .strategies import validate
 
         check_name(name)
         check_bounds(step, min_value, max_value)
-        if strategy not in STRATEGIES:
-            raise InvalidDefinition(f"strategy must be one of {STRATEGIES}; got {strategy!r}.")
         if not isinstance(cycle, bool):
             raise InvalidDefinition(f"cycle must be True or False; got {cycle!r}.")
+        if options is not None and not isinstance(options, dict):
+            raise InvalidDefinition(f"options must be a dict; got {options!r}.")
+        spec = SequenceSpec(
+            name, strategy, step, min_value, max_value, cycle, template, options or {}
+        )
+        validate(spec)
         alias = resolve_alias(using)
         seq = self.model(
             name=name,

@@ -10,16 +10,14 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from .compat import check_constraint
+from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
 from .exceptions import InvalidDefinition, InvalidName
 from .managers import SegmentManager, SequenceManager
+from .strategies import validate
 
 #: Longest counter-row key: a sequence name plus a period, shard or partition suffix.
 MAX_KEY_LENGTH = 191
-
-
-class Strategy(models.TextChoices):
-    SEGMENT = "segment", _("segment (leased ranges, trend-increasing)")
 
 
 class _Bounds(models.Model):
@@ -48,7 +46,10 @@ class Sequence(_Bounds):
 
     name = models.CharField(_("name"), max_length=MAX_NAME_LENGTH, unique=True)
     strategy = models.CharField(
-        _("strategy"), max_length=32, choices=Strategy.choices, default=Strategy.SEGMENT
+        _("strategy"),
+        max_length=32,
+        default="segment",
+        help_text=_("segment, or custom with options['generator'] (see docs/strategies.md)."),
     )
     cycle = models.BooleanField(
         _("cycle"), default=False, help_text=_("Start again at min value after max value.")
@@ -85,8 +86,22 @@ class Sequence(_Bounds):
             raise ValidationError({"name": str(exc)}) from exc
         try:
             check_bounds(self.step, self.min_value, self.max_value)
+            validate(self.spec())
         except InvalidDefinition as exc:
             raise ValidationError(str(exc)) from exc
+
+    def spec(self) -> SequenceSpec:
+        """This definition as generators see it."""
+        return SequenceSpec(
+            name=self.name,
+            strategy=self.strategy,
+            step=self.step,
+            min_value=self.min_value,
+            max_value=self.max_value,
+            cycle=self.cycle,
+            template=self.template,
+            options=dict(self.options or {}),
+        )
 
 
 class Segment(_Bounds):

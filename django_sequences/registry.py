@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import threading
 
-from .core.segment import SegmentGenerator, SegmentStatus
+from .core.base import IdGenerator, Status
 from .core.validation import check_name
 from .exceptions import SequenceNotFound
 
-Generator = SegmentGenerator
-
-_generators: dict[str | None, dict[str, Generator]] = {None: {}}
+_generators: dict[str | None, dict[str, IdGenerator]] = {None: {}}
 _build_lock = threading.RLock()
 
 
-def get(name: str, using: str | None) -> Generator:
+def get(name: str, using: str | None) -> IdGenerator:
     """The generator for ``name`` (validated and built on first use)."""
     try:
         return _generators[using][name]
@@ -35,28 +33,21 @@ def get(name: str, using: str | None) -> Generator:
         return gen
 
 
-def _build(name: str, using: str | None) -> Generator:
+def _build(name: str, using: str | None) -> IdGenerator:
     from .conf import app_settings, sequence_defaults
-    from .models import Segment, Sequence
+    from .models import Sequence
     from .sources.connections import resolve_alias
+    from .strategies import validate
 
     alias = resolve_alias(using)
-    if not Sequence.objects.exists_committed(name, using=alias):
+    spec = Sequence.objects.spec(name, using=alias)
+    if spec is None:
         if not app_settings.AUTO_CREATE:
             raise SequenceNotFound(name, using=using)
         declared = app_settings.SEQUENCES.get(name, {})
         d = sequence_defaults(declared, app_settings.DEFAULT_STEP)
-        Sequence.objects.define(name, using=alias, exist_ok=True, **d)
-
-    def lease(count: int | None, _key: str = name, _alias: str = alias) -> tuple[int, int]:
-        return Segment.objects.lease(_key, count, using=_alias)
-
-    return SegmentGenerator(
-        name,
-        lease,
-        threshold=app_settings.PREFETCH_THRESHOLD,
-        wait_timeout=app_settings.LEASE_WAIT_TIMEOUT,
-    )
+        spec = Sequence.objects.define(name, using=alias, exist_ok=True, **d).spec()
+    return validate(spec).build(spec, alias)
 
 
 def reset() -> None:
@@ -66,7 +57,7 @@ def reset() -> None:
         _generators[None] = {}
 
 
-def status(name: str, using: str | None) -> SegmentStatus:
+def status(name: str, using: str | None) -> Status:
     return get(name, using).status()
 
 

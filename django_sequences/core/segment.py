@@ -23,10 +23,10 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..exceptions import BackendUnavailable
 from . import forking
+from .base import Status
 from .clock import SYSTEM_CLOCK, Clock
 from .prefetch import Prefetcher, default_prefetcher
 
@@ -35,27 +35,6 @@ from .prefetch import Prefetcher, default_prefetcher
 LeaseFn = Callable[[int | None], tuple[int, int]]
 
 _NEVER = 1 << 200  # a trigger no value reaches
-
-
-@dataclass(frozen=True)
-class SegmentStatus:
-    name: str
-    strategy: str
-    current: int | None
-    """The next value this process will hand out, or None when its range is used up."""
-    range: tuple[int, int] | None
-    """The current range, inclusive."""
-    remaining: int
-    """Values left in the current and the prefetched range."""
-    next_range: tuple[int, int] | None
-    prefetching: bool
-    leases: int
-    """Ranges this process leased."""
-    issued: int
-    """Values this process handed out."""
-    rate: float
-    """Values per second this process handed out recently."""
-    last_error: str | None
 
 
 class SegmentGenerator:
@@ -214,7 +193,7 @@ class SegmentGenerator:
             self._next = (first, last)
             self._cond.notify_all()
 
-    def status(self) -> SegmentStatus:
+    def status(self) -> Status:
         with self._lock:
             has = self._cur <= self._last
             remaining = max(0, self._last - self._cur + 1)
@@ -229,7 +208,7 @@ class SegmentGenerator:
                 if now > t0:
                     rate = (issued - n0) / (now - t0)
             err = self._last_error
-            return SegmentStatus(
+            return Status(
                 name=self.name,
                 strategy=self.strategy,
                 current=self._cur if has else None,

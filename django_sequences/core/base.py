@@ -1,0 +1,74 @@
+"""What every generator is: the protocol the API calls, its status, and the definition it is
+built from. Pure Python."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """A sequence definition as generators see it (a plain copy of the model's fields)."""
+
+    name: str
+    strategy: str = "segment"
+    step: int = 1000
+    min_value: int = 1
+    max_value: int = 2**63 - 1
+    cycle: bool = False
+    template: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Status:
+    """What one process knows about one sequence. Fields that do not apply to a strategy are
+    ``None`` or 0; ``details`` holds what only that strategy has."""
+
+    name: str
+    strategy: str
+    current: int | None = None
+    """The next value this process will hand out from memory, or None."""
+    range: tuple[int, int] | None = None
+    """The cached range, inclusive."""
+    remaining: int = 0
+    """Values cached in this process."""
+    next_range: tuple[int, int] | None = None
+    prefetching: bool = False
+    leases: int = 0
+    """Round trips to the store this process made."""
+    issued: int = 0
+    """Values this process handed out."""
+    rate: float = 0.0
+    """Values per second this process handed out recently."""
+    last_error: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class IdGenerator(Protocol):
+    """Turns a store into fast in-process issuing. One instance per sequence and process."""
+
+    name: str
+    strategy: str
+
+    def next(self) -> int:
+        """One value."""
+        ...
+
+    def take(self, count: int) -> range | list[int]:
+        """``count`` values (validated by the caller): a range when contiguous."""
+        ...
+
+    def status(self) -> Status: ...
+
+
+@runtime_checkable
+class KeyedGenerator(IdGenerator, Protocol):
+    """A generator whose order holds per caller-given sub-key (``next_value(name, key=…)``)."""
+
+    def next_for(self, key: str) -> int: ...
+
+    def take_for(self, key: str, count: int) -> range | list[int]: ...

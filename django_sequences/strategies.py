@@ -1,0 +1,120 @@
+"""Strategies: how a definition becomes a generator.
+
+A strategy is a class with ``validate(spec)`` (raise :class:`InvalidDefinition` naming the
+option to change) and ``build(spec, alias)`` returning an
+:class:`~django_sequences.core.base.IdGenerator`. The built-in ones are listed in
+:data:`BUILTIN` by dotted path and imported on first use. ``strategy="custom"`` loads the class
+named by the definition's ``options["generator"]`` - the extension point for number shapes we
+did not think of.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.utils.module_loading import import_string
+
+from .core.base import IdGenerator, SequenceSpec
+from .exceptions import InvalidDefinition
+
+BUILTIN: dict[str, str] = {
+    "segment": "django_sequences.strategies.SegmentStrategy",
+}
+
+
+class Strategy:
+    """Base class of strategies. Subclasses set ``name`` and may list ``options``."""
+
+    name: ClassVar[str] = ""
+    #: option name -> (type or tuple of types, default); unknown options are refused.
+    options: ClassVar[dict[str, tuple[Any, Any]]] = {}
+
+    def validate(self, spec: SequenceSpec) -> None:
+        unknown = set(spec.options) - set(self.options) - {"generator"}
+        if unknown:
+            raise InvalidDefinition(
+                f"Sequence {spec.name!r}: strategy {spec.strategy!r} has no option(s) "
+                f"{sorted(unknown)}; it knows {sorted(self.options) or 'none'}."
+            )
+        for key, (types, _default) in self.options.items():
+            if key in spec.options:
+                v = spec.options[key]
+                if not isinstance(v, types) or (isinstance(v, bool) and bool not in _tuple(types)):
+                    raise InvalidDefinition(
+                        f"Sequence {spec.name!r}: option {key!r} must be "
+                        f"{_describe(types)}, not {v!r}."
+                    )
+
+    def option(self, spec: SequenceSpec, key: str) -> Any:
+        return spec.options.get(key, self.options[key][1])
+
+    def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
+        raise NotImplementedError
+
+
+def _tuple(types: Any) -> tuple[Any, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _describe(types: Any) -> str:
+    return " or ".join(t.__name__ for t in _tuple(types))
+
+
+class SegmentStrategy(Strategy):
+    """Leased ranges, double-buffered in memory (the default)."""
+
+    name = "segment"
+
+    def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
+        from .conf import app_settings
+        from .core.segment import SegmentGenerator
+        from .models import Segment
+
+        def lease(count: int | None, _key: str = spec.name) -> tuple[int, int]:
+            return Segment.objects.lease(_key, count, using=alias)
+
+        return SegmentGenerator(
+            spec.name,
+            lease,
+            threshold=app_settings.PREFETCH_THRESHOLD,
+            wait_timeout=app_settings.LEASE_WAIT_TIMEOUT,
+        )
+
+
+def names() -> tuple[str, ...]:
+    """Every strategy a definition may name."""
+    return (*BUILTIN, "custom")
+
+
+def strategy_for(spec: SequenceSpec) -> Strategy:
+    """The strategy object for a definition (raises :class:`InvalidDefinition`)."""
+    if spec.strategy == "custom":
+        path = spec.options.get("generator")
+        if not isinstance(path, str) or not path:
+            raise InvalidDefinition(
+                f"Sequence {spec.name!r}: strategy 'custom' needs options['generator'], the "
+                f"dotted path of a Strategy class."
+            )
+    elif spec.strategy in BUILTIN:
+        path = BUILTIN[spec.strategy]
+    else:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: strategy must be one of {names()}; got {spec.strategy!r}."
+        )
+    try:
+        cls = import_string(path)
+    except ImportError as exc:
+        raise InvalidDefinition(f"Sequence {spec.name!r}: cannot import {path!r}: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: {path!r} is not a subclass of "
+            f"django_sequences.strategies.Strategy."
+        )
+    return cls()
+
+
+def validate(spec: SequenceSpec) -> Strategy:
+    """Check a definition's strategy and options; return the strategy to build with."""
+    strategy = strategy_for(spec)
+    strategy.validate(spec)
+    return strategy
