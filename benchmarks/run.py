@@ -6,6 +6,12 @@ Usage: ``python -m benchmarks.run --db sqlite|postgresql|mysql [--quick]`` after
 Prints one markdown table: | what | values/s | relative to next_value | notes |. Fast calls run
 a fixed number of times, best of 3; calls that go to a server run for a fixed time, best of 3.
 Every figure includes the cost of the Python loop around the call, as a caller's loop would.
+
+The last rows time every ``next_value`` call of a tight loop while ranges run out (about 100
+range changes): worst call, p99.99, calls over 1 ms, and how long each background lease took.
+They run three times: as configured, with a shorter GIL switch interval, and on an alias whose
+connections are kept open (``CONN_MAX_AGE=None``), to show what the stalls come from.
+See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from itertools import repeat
 
 #: Step of the sequences measured warm: one lease per this many values.
 WARM_STEP = 1_000_000
+#: Step of a second next_values() sequence, where leases are rare even at 1000 values a call.
+BIG_STEP = 100_000_000
 #: Values one next_values() call takes.
 BATCH = 1000
 #: Step of the sequence whose ranges run out during the latency run (~100 range changes).
@@ -36,8 +44,16 @@ NAMES = {
     "warm": "bench.warm",
     "handle": "bench.handle",
     "batch": "bench.batch",
+    "batch_big": "bench.batch-big",
     "turnover": "bench.turnover",
+    "turnover_si": "bench.turnover-si",
+    "turnover_kept": "bench.turnover-kept",
+    "lease": "bench.lease",
 }
+#: The alias of benchmarks.settings with CONN_MAX_AGE=None (the same database as "default").
+KEPT = "persistent"
+#: sys.setswitchinterval() of the second latency run (the default is 0.005 s).
+SHORT_SWITCH = 0.0005
 PEER_NAME = "bench"  # django-sequences
 PG_SEQ = "bench_seq"
 
@@ -120,7 +136,7 @@ def fmt_rel(rate: float | None, ref: float | None) -> str:
     if rate is None or not ref:
         return "n/a"
     r = rate / ref
-    return f"{r:.2f}×" if r >= 0.1 else f"{r:.2g}× (1/{1 / r:,.0f})"
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x (1/{1 / r:,.0f})"
 
 
 def fmt_ns(ns: float) -> str:
@@ -176,10 +192,10 @@ def bench_handle(plan: Plan) -> Row:
     )
 
 
-def bench_next_values(plan: Plan) -> Row:
+def bench_next_values(plan: Plan, key: str, step: int) -> Row:
     from django_sequences import next_values
 
-    name = NAMES["batch"]
+    name = NAMES[key]
     first = next_values(name, BATCH)
     if not isinstance(first, range):
         raise RuntimeError(f"next_values returned {type(first).__name__}, not a range")
@@ -192,11 +208,11 @@ def bench_next_values(plan: Plan) -> Row:
 
     rate = best_of_count(loop, plan.batch_calls, plan.repeat)
     return Row(
-        f"`next_values(name, {BATCH})`",
+        f"`next_values(name, {BATCH})`, step {step:,}",
         rate,
-        f"values/s = calls/s × {BATCH}; each call returns a `range` (not iterated); "
-        f"step {WARM_STEP:,}, so a lease every {WARM_STEP // BATCH:,} calls; "
-        f"{plan.batch_calls:,} calls, best of {plan.repeat}",
+        f"values/s = calls/s x {BATCH}; each call returns a `range` (not iterated); "
+        f"a lease every {step // BATCH:,} calls; {plan.batch_calls:,} calls, best of "
+        f"{plan.repeat}",
     )
 
 
@@ -239,7 +255,7 @@ def bench_peer(plan: Plan) -> Row:
         'django-sequences `get_next_value("bench")`',
         rate,
         f"one database transaction a value, autocommit; {calls:,} calls in "
-        f"{plan.repeat} × {plan.seconds:g} s, best window",
+        f"{plan.repeat} x {plan.seconds:g} s, best window",
     )
 
 
@@ -260,7 +276,7 @@ def bench_pg_nextval(plan: Plan) -> Row:
         f"PostgreSQL `SELECT nextval('{PG_SEQ}')`",
         rate,
         f"through one Django cursor, a round trip a value; {calls:,} calls in "
-        f"{plan.repeat} × {plan.seconds:g} s, best window",
+        f"{plan.repeat} x {plan.seconds:g} s, best window",
     )
 
 
@@ -278,7 +294,7 @@ def bench_redis(plan: Plan) -> Row:
         "Redis `INCR` (redis-py)",
         rate,
         f"a round trip a value to {url.split('@')[-1]}; {calls:,} calls in "
-        f"{plan.repeat} × {plan.seconds:g} s, best window",
+        f"{plan.repeat} x {plan.seconds:g} s, best window",
     )
 
 
@@ -331,36 +347,74 @@ class Latency:
     calls: int
     step: int
     threshold: float
+    switch_interval: float
     rate: float
     worst_ns: int
     p9999_ns: int | None  # None: below KEEP_NS
     over_1ms: int
     over_100us: int
     leases: int
+    lease_ms: list[float]  # how long each lease took, on the prefetcher thread
+    dry: int  # leases that landed after the current range had run out (a caller waited)
 
 
-def bench_turnover(plan: Plan) -> Latency:
+def bench_turnover(
+    plan: Plan, key: str, switch_interval: float | None = None, using: str | None = None
+) -> Latency:
+    """Time every ``next_value`` call while ranges of ``plan.turnover_step`` run out."""
     from django_sequences import next_value
     from django_sequences.conf import app_settings
+    from django_sequences.core.segment import SegmentGenerator
     from django_sequences.registry import get
 
-    name = NAMES["turnover"]
-    next_value(name)  # the first lease is synchronous: kept out of the figures
-    gen = get(name, None)
+    name = NAMES[key]
+    next_value(name, using=using)  # the first lease is synchronous: kept out of the figures
+    gen = get(name, using)
+    if not isinstance(gen, SegmentGenerator):
+        raise RuntimeError(f"{name!r} is not a segment sequence: {gen!r}")
+    lease = gen._lease
+    lease_ms: list[float] = []
+    dry = 0
+
+    def timed_lease(count: int | None) -> tuple[int, int]:
+        nonlocal dry
+        t0 = time.perf_counter()
+        got = lease(count)
+        lease_ms.append((time.perf_counter() - t0) * 1e3)
+        if gen.status().remaining == 0:  # nothing left to hand out: the caller is waiting
+            dry += 1
+        return got
+
+    gen._lease = timed_lease  # instrumentation only: the lease itself is unchanged
     leases0 = gen.status().leases
     n = plan.turnover_calls
     slow: list[int] = []
     keep = slow.append
     pc = time.perf_counter_ns
     nv = next_value
-    t_start = pc()
-    for _ in repeat(None, n):
-        t0 = pc()
-        nv(name)
-        d = pc() - t0
-        if d > KEEP_NS:
-            keep(d)
-    elapsed = (pc() - t_start) / 1e9
+    old_si = sys.getswitchinterval()
+    if switch_interval is not None:
+        sys.setswitchinterval(switch_interval)
+    try:
+        t_start = pc()
+        if using is None:
+            for _ in repeat(None, n):
+                t0 = pc()
+                nv(name)
+                d = pc() - t0
+                if d > KEEP_NS:
+                    keep(d)
+        else:
+            for _ in repeat(None, n):
+                t0 = pc()
+                nv(name, using=using)
+                d = pc() - t0
+                if d > KEEP_NS:
+                    keep(d)
+        elapsed = (pc() - t_start) / 1e9
+    finally:
+        sys.setswitchinterval(old_si)
+        gen._lease = lease
     leases = gen.status().leases - leases0
     slow.sort(reverse=True)
     # p99.99: the value at rank ceil(0.9999 n) counting up, i.e. the k-th largest
@@ -370,12 +424,41 @@ def bench_turnover(plan: Plan) -> Latency:
         calls=n,
         step=plan.turnover_step,
         threshold=float(app_settings.PREFETCH_THRESHOLD),
+        switch_interval=switch_interval if switch_interval is not None else old_si,
         rate=n / elapsed,
         worst_ns=slow[0] if slow else KEEP_NS,
         p9999_ns=p9999,
         over_1ms=sum(1 for d in slow if d > 1_000_000),
         over_100us=sum(1 for d in slow if d > 100_000),
         leases=leases,
+        lease_ms=lease_ms,
+        dry=dry,
+    )
+
+
+def idle_lease_ms(times: int, using: str | None = None) -> list[float]:
+    """How long ``Segment.objects.lease`` takes with nothing else running, in ms, sorted."""
+    from django_sequences.models import Segment
+
+    out = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        Segment.objects.lease(NAMES["lease"], using=using)
+        out.append((time.perf_counter() - t0) * 1e3)
+    return sorted(out)
+
+
+def turnover_row(lat: Latency, what: str) -> Row:
+    p = fmt_ns(lat.p9999_ns) if lat.p9999_ns is not None else f"< {fmt_ns(KEEP_NS)}"
+    ms = sorted(lat.lease_ms) or [0.0]
+    return Row(
+        what,
+        lat.rate,
+        f"**worst call {fmt_ns(lat.worst_ns)}**, p99.99 {p}, {lat.over_1ms} calls > 1 ms, "
+        f"{lat.over_100us} > 100 µs; {lat.calls:,} calls, step {lat.step:,}, "
+        f"PREFETCH_THRESHOLD {lat.threshold:g}, switch interval {lat.switch_interval * 1e3:g} ms; "
+        f"{lat.leases} leases, median {ms[len(ms) // 2]:.1f} ms, longest {ms[-1]:.1f} ms; "
+        f"{lat.dry} of them landed after the range ran dry; rate includes 2 `perf_counter_ns()`",
     )
 
 
@@ -392,9 +475,10 @@ def setup_django(db: str, plan: Plan) -> None:
     from django_sequences.models import Sequence
 
     Sequence.objects.filter(name__in=NAMES.values()).delete()
+    steps = {"batch_big": BIG_STEP, "turnover": plan.turnover_step, "lease": 100}
+    steps["turnover_si"] = steps["turnover_kept"] = plan.turnover_step
     for key, name in NAMES.items():
-        step = plan.turnover_step if key == "turnover" else WARM_STEP
-        Sequence.objects.define(name, step=step)
+        Sequence.objects.define(name, step=steps.get(key, WARM_STEP))
 
 
 def server_version(db: str) -> str:
@@ -445,7 +529,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         attempt("`next_value(name)`, warm", lambda: bench_next_value(plan)),
         attempt("`get_sequence(name).next()`, warm", lambda: bench_handle(plan)),
-        attempt(f"`next_values(name, {BATCH})`", lambda: bench_next_values(plan)),
+        attempt(
+            f"`next_values(name, {BATCH})`", lambda: bench_next_values(plan, "batch", WARM_STEP)
+        ),
+        attempt(
+            f"`next_values(name, {BATCH})`, step {BIG_STEP:,}",
+            lambda: bench_next_values(plan, "batch_big", BIG_STEP),
+        ),
         attempt("baseline: `threading.Lock` + `+= 1`", lambda: bench_baseline(plan)),
         attempt('django-sequences `get_next_value("bench")`', lambda: bench_peer(plan)),
     ]
@@ -456,34 +546,58 @@ def main(argv: list[str] | None = None) -> int:
         attempt("snowflake-id", lambda: bench_snowflake(plan)),
         attempt("`uuid6.uuid7()`", lambda: bench_uuid7(plan)),
     ]
-    lat: Latency | None = None
-    try:
-        lat = bench_turnover(plan)
-    except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
-        rows.append(Row("`next_value` under range turnover", None, f"failed: {exc}"))
-    if lat is not None:
-        p = fmt_ns(lat.p9999_ns) if lat.p9999_ns is not None else f"< {fmt_ns(KEEP_NS)}"
-        rows.append(
-            Row(
-                "`next_value(name)`, ranges running out, each call timed",
-                lat.rate,
-                f"**worst call {fmt_ns(lat.worst_ns)}**, p99.99 {p}, "
-                f"{lat.over_1ms} calls > 1 ms, {lat.over_100us} > 100 µs; "
-                f"{lat.calls:,} calls, step {lat.step:,}, {lat.leases} leases, "
-                f"PREFETCH_THRESHOLD {lat.threshold:g}; rate includes 2 `perf_counter_ns()`",
-            )
-        )
+    lats: list[tuple[str, Latency]] = []
+    runs: list[tuple[str, float | None, str | None, str, str]] = [
+        (
+            "turnover",
+            None,
+            None,
+            "`next_value(name)`, ranges running out, each call timed",
+            "default settings",
+        ),
+        (
+            "turnover_si",
+            SHORT_SWITCH,
+            None,
+            f"same, `sys.setswitchinterval({SHORT_SWITCH:g})` (default 0.005)",
+            f"switch interval {SHORT_SWITCH * 1e3:g} ms",
+        ),
+        (
+            "turnover_kept",
+            None,
+            KEPT,
+            f"same, default switch interval, `using={KEPT!r}`: `CONN_MAX_AGE=None`",
+            "CONN_MAX_AGE=None",
+        ),
+    ]
+    for key, si, using, what, short in runs:
+        try:
+            lat = bench_turnover(plan, key, si, using)
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            rows.append(Row(what, None, f"failed: {type(exc).__name__}: {exc}"[:160]))
+        else:
+            lats.append((short, lat))
+            rows.append(turnover_row(lat, what))
 
     ref = rows[0].rate
     print("| what | values/s | relative to next_value | notes |")
     print("| --- | ---: | ---: | --- |")
     for r in rows:
         print(f"| {r.what} | {fmt_rate(r.rate)} | {fmt_rel(r.rate, ref)} | {r.notes} |")
-    if lat is not None:
+    for using, how in [(None, "CONN_MAX_AGE=0"), (KEPT, "CONN_MAX_AGE=None")]:
+        try:
+            idle = idle_lease_ms(20, using)
+            print(
+                f"\nOne lease (`Segment.objects.lease`) with no other thread running, {how}: "
+                f"median {idle[len(idle) // 2]:.2f} ms, longest {idle[-1]:.2f} ms (20 leases)."
+            )
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
+    for what, lat in lats:
         print(
-            f"\nWorst single-call latency of `next_value` over {lat.calls:,} calls "
-            f"({lat.leases} range changes): {fmt_ns(lat.worst_ns)}; calls over 1 ms: "
+            f"\nWorst single-call latency of `next_value` over {lat.calls:,} calls and "
+            f"{lat.leases} range changes ({what}): **{fmt_ns(lat.worst_ns)}**; calls over 1 ms: "
             f"{lat.over_1ms}."
         )
     print(f"\n({db}: {time.perf_counter() - t_all:.0f} s)", flush=True)

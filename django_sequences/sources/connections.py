@@ -7,9 +7,10 @@ caller's connection: each process keeps one extra connection per database alias,
 copy of that alias's settings (so it follows the test database too), in autocommit mode.
 
 The connection is shared by every thread of the process under ``lock`` (leases are rare: one
-per range), marked with ``inc_thread_sharing()`` so Django allows that. It is reopened when the
-server went away. After ``fork()`` the child drops it *without closing it*: closing would send
-the server a goodbye on the socket the parent still uses.
+per range), marked with ``inc_thread_sharing()`` so Django allows that. It stays open between
+leases (``CONN_MAX_AGE = None``) and is reopened when the server went away. After ``fork()``
+the child drops it *without closing it*: closing would send the server a goodbye on the socket
+the parent still uses.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class LeaseConnection:
 
     def _make(self) -> BaseDatabaseWrapper:
         settings_dict = copy.deepcopy(connections[self.alias].settings_dict)
+        # Persistent whatever the alias says: with CONN_MAX_AGE = 0 (Django's default) every
+        # lease would open a connection (~4 ms on PostgreSQL against ~0.5 ms for the lease). A
+        # link the server dropped fails the next lease, which reconnects once and retries.
+        settings_dict["CONN_MAX_AGE"] = None
         backend = load_backend(settings_dict["ENGINE"])
         wrapper: BaseDatabaseWrapper = backend.DatabaseWrapper(
             settings_dict, alias=f"{self.alias}:django_sequences"
