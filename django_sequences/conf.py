@@ -40,6 +40,13 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_BACKOFF": 0.002,
     # Longest a caller waits for a lease in flight before BackendUnavailable (s).
     "LEASE_WAIT_TIMEOUT": 30.0,
+    # django-redis cache alias (a key of CACHES) that the redis strategies use, unless a
+    # sequence's options["redis_alias"] names another.
+    "REDIS_ALIAS": "default",
+    # Worker-id leases (snowflake, timestamp): how long one lasts without renewal, and how often
+    # the heartbeat thread renews it (s). The heartbeat must come well inside the TTL.
+    "WORKER_LEASE_TTL": 30.0,
+    "WORKER_HEARTBEAT": 10.0,
     # Declared sequences: {"order": {"step": 1000, "min_value": 1, ...}}. Used by AUTO_CREATE
     # and by provisioning.
     "SEQUENCES": {},
@@ -90,6 +97,21 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
     for key in ("LEASE_BACKOFF", "LEASE_WAIT_TIMEOUT"):
         if not _num(s[key]) or s[key] < 0:
             out.append(_type(key, "a number of seconds >= 0", s))
+    if not isinstance(s["REDIS_ALIAS"], str) or not s["REDIS_ALIAS"]:
+        out.append(_type("REDIS_ALIAS", "a key of CACHES (a str)", s))
+    ttl, beat = s["WORKER_LEASE_TTL"], s["WORKER_HEARTBEAT"]
+    for key in ("WORKER_LEASE_TTL", "WORKER_HEARTBEAT"):
+        if not _num(s[key]) or s[key] <= 0:
+            out.append(_type(key, "a number of seconds > 0", s))
+    if _num(ttl) and _num(beat) and ttl > 0 and beat > 0 and beat * 2 > ttl:
+        out.append(
+            Problem(
+                "django_sequences.E007",
+                f"{SETTING}['WORKER_HEARTBEAT'] ({beat:g} s) must be at most half of "
+                f"WORKER_LEASE_TTL ({ttl:g} s), or one late heartbeat loses the worker id.",
+                "The defaults are 10 s and 30 s.",
+            )
+        )
     t = s["PREFETCH_THRESHOLD"]
     if not _num(t) or not 0 < t < 1:
         out.append(

@@ -56,6 +56,28 @@ class BackendUnavailable(SequenceError):
     """The store behind a sequence (database, Redis) could not be reached in time."""
 
 
+class ClockMovedBackwards(SequenceError):
+    """The clock went back further than the configured tolerance; nothing was issued."""
+
+    def __init__(self, name: str, behind_ms: float, tolerance_ms: float) -> None:
+        self.name = name
+        self.behind_ms = behind_ms
+        super().__init__(
+            f"Sequence {name!r}: the clock is {behind_ms:g} ms behind the last time this "
+            f"sequence used, past the tolerance of {tolerance_ms:g} ms; refusing to issue "
+            f"rather than risk a duplicate. Fix the clock (NTP) or raise options"
+            f"['clock_tolerance_ms']."
+        )
+
+
+class RateLimited(SequenceError):
+    """A hard per-period limit was reached (e.g. numbers per second)."""
+
+
+class WorkerLeaseLost(BackendUnavailable):
+    """This process holds no live worker-id lease, so it may not issue snowflake ids."""
+
+
 class InvalidName(SequenceError, ValueError):
     """A sequence name that is empty, too long, not a string or has forbidden characters."""
 
@@ -78,13 +100,16 @@ class ConfigurationError(SequenceError):
 
 __all__ = [
     "BackendUnavailable",
+    "ClockMovedBackwards",
     "ConfigurationError",
     "InvalidCount",
     "InvalidDefinition",
     "InvalidKey",
     "InvalidName",
     "LeaseContention",
+    "RateLimited",
     "SequenceError",
     "SequenceExhausted",
     "SequenceNotFound",
+    "WorkerLeaseLost",
 ]

@@ -127,3 +127,40 @@ class Segment(_Bounds):
 
     def __str__(self) -> str:
         return self.key
+
+
+class WorkerLease(models.Model):
+    """A worker id held by one process for a while (snowflake and timestamp strategies).
+
+    A process acquires a free or expired id, renews it from a heartbeat thread before
+    ``expires_at`` and releases it on a clean exit. ``last_timestamp`` is the time (in the
+    strategy's units) up to which ids may have been made with this worker id: persisted ahead
+    of use, it stops a restart on a clock that went back from reissuing ids. Expiry is judged
+    by the database's clock, so hosts with skewed clocks agree.
+    """
+
+    namespace = models.CharField(
+        _("namespace"), max_length=MAX_NAME_LENGTH, help_text=_("Usually the sequence name.")
+    )
+    worker_id = models.PositiveIntegerField(_("worker id"))
+    owner_host = models.CharField(_("owner host"), max_length=255, blank=True)
+    owner_pid = models.PositiveIntegerField(_("owner pid"), null=True, blank=True)
+    owner_uuid = models.CharField(_("owner uuid"), max_length=36, blank=True, db_index=True)
+    acquired_at = models.DateTimeField(_("acquired at"), null=True, blank=True)
+    renewed_at = models.DateTimeField(_("renewed at"), null=True, blank=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    last_timestamp = models.BigIntegerField(_("last timestamp"), default=0)
+    version = models.BigIntegerField(_("version"), default=0)
+
+    class Meta:
+        verbose_name = _("worker lease")
+        verbose_name_plural = _("worker leases")
+        ordering = ["namespace", "worker_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace", "worker_id"], name="django_sequences_workerlease_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}#{self.worker_id}"

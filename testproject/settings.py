@@ -89,9 +89,18 @@ else:
     raise RuntimeError(f"DB must be sqlite, postgresql or mysql; got {DB!r}")
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # what the redis strategies use (DJANGO_SEQUENCES["REDIS_ALIAS"])
+    "sequences": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+    },
+}
 
 DJANGO_SEQUENCES: dict[str, Any] = {
+    "REDIS_ALIAS": "sequences",
     "SEQUENCES": {
         "order": {"step": 1000},
         "invoice": {"step": 100},
