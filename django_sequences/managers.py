@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sqlite3
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -28,6 +30,8 @@ from .exceptions import (
     SequenceNotFound,
 )
 from .sources.connections import lease_connection, resolve_alias
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from .models import Segment, Sequence
@@ -173,7 +177,12 @@ class _guard:
 
 class SegmentManager(models.Manager["Segment"]):
     def lease(
-        self, key: str, count: int | None = None, *, using: str | None = None
+        self,
+        key: str,
+        count: int | None = None,
+        *,
+        using: str | None = None,
+        sequence: str | None = None,
     ) -> tuple[int, int]:
         """Lease the next range of counter row ``key``: ``(first, last)``, both inclusive.
 
@@ -183,86 +192,157 @@ class SegmentManager(models.Manager["Segment"]):
         race retries after a jittered back-off, ``LEASE_RETRIES`` times in all, then raises
         :class:`LeaseContention`. Past ``max_value`` the row wraps to ``min_value`` if its
         sequence cycles, else :class:`SequenceExhausted` is raised and nothing is written.
+        A missing row is created from the definition named ``sequence`` (default: ``key``).
         """
-        from .conf import app_settings
-
-        if not isinstance(key, str) or not key or len(key) > 191:
-            raise InvalidName(f"A counter-row key is a str of 1 to 191 characters; got {key!r}.")
+        _check_key(key)
         if count is not None:
             check_count(count, BIGINT_MAX)
         alias = resolve_alias(using)
+        return _on_private(alias, key, lambda w: self._lease_on(w, key, count, sequence or key))
+
+    def increment(
+        self,
+        key: str,
+        count: int = 1,
+        *,
+        using: str | None = None,
+        sequence: str | None = None,
+        gapless: bool = False,
+    ) -> tuple[int, int]:
+        """Take the next ``count`` values of row ``key`` in one atomic statement (strict order).
+
+        PostgreSQL and SQLite run ``UPDATE … RETURNING``, MariaDB/MySQL ``UPDATE … SET value =
+        LAST_INSERT_ID(value + n)``: one round trip, and concurrent callers queue on the row
+        lock, so values come out strictly increasing across processes. Near ``max_value``, on
+        a wrap, or for a missing row it falls back to :meth:`lease` (which may return fewer
+        than ``count`` values at the limit).
+
+        ``gapless=False``: on the private connection, committed at once. ``gapless=True``: on
+        the caller's connection, inside the caller's transaction: a rollback gives the values
+        back, and the row stays locked until the caller commits.
+        """
+        from django.db import connections
+
+        _check_key(key)
+        check_count(count, BIGINT_MAX)
+        alias = resolve_alias(using)
+        name = sequence or key
+        if not gapless:
+            return _on_private(alias, key, lambda w: self._increment_on(w, key, count, name))
+        try:
+            return self._increment_on(connections[alias], key, count, name)
+        except DatabaseError as exc:
+            raise BackendUnavailable(
+                f"Could not take a value of {key!r} from database {alias!r}: {exc}."
+            ) from exc
+
+    def _increment_on(
+        self, w: BaseDatabaseWrapper, key: str, count: int, name: str
+    ) -> tuple[int, int]:
+        sql = _lease_sql(self.model, w)
+        if sql.increment:
+            now = w.ops.adapt_datetimefield_value(timezone.now())
+            with w.cursor() as c:
+                c.execute(sql.increment, [count, now, key, count])
+                if w.vendor == "mysql":
+                    last = c.lastrowid if c.rowcount == 1 else None
+                else:
+                    row = c.fetchone()
+                    last = row[0] if row else None
+            if last is not None:
+                return last - count + 1, last
+        return self._lease_on(w, key, count, name, exact=True)
+
+    def _lease_on(
+        self, w: BaseDatabaseWrapper, key: str, count: int | None, name: str, exact: bool = False
+    ) -> tuple[int, int]:
+        from .conf import app_settings
+
         retries: int = app_settings.LEASE_RETRIES
         backoff: float = app_settings.LEASE_BACKOFF
-        conn = lease_connection(alias)
-        sql = _lease_sql(self.model, alias)
-        reconnected = created = False
+        sql = _lease_sql(self.model, w)
+        created = False
         attempt = 0
         while attempt < retries:
-            try:
-                with conn.use() as w, w.cursor() as c:
-                    c.execute(sql.select, [key])
-                    row = c.fetchone()
-                    if row is None:
-                        if created:
-                            raise SequenceNotFound(key)
-                        self._create_missing_row(w, key)
-                        created = True
-                        continue
-                    value, lo, hi, step, version, cycle, name = row
-                    first, last = _plan(name, value, lo, hi, count or step, bool(cycle))
-                    now = w.ops.adapt_datetimefield_value(timezone.now())
-                    c.execute(sql.update, [last, now, key, version])
-                    if c.rowcount == 1:
-                        return first, last
-            except DatabaseError as exc:
-                conn.discard()
-                if reconnected:
-                    raise BackendUnavailable(
-                        f"Could not lease {key!r} from database {alias!r}: {exc}. Check that it "
-                        f"is up and that `migrate` has run."
-                    ) from exc
-                reconnected = True  # the server may have restarted: one more try on a new link
-                continue
+            with w.cursor() as c:
+                c.execute(sql.select, [key])
+                row = c.fetchone()
+                if row is None:
+                    if created:
+                        raise SequenceNotFound(name)
+                    self._create_missing_row(w, key, name)
+                    created = True
+                    continue
+                value, lo, hi, step, version, cycle, seq_name = row
+                first, last = _plan(seq_name, value, lo, hi, count or step, bool(cycle), exact)
+                now = w.ops.adapt_datetimefield_value(timezone.now())
+                c.execute(sql.update, [last, now, key, version])
+                if c.rowcount == 1:
+                    return first, last
             attempt += 1
             if attempt < retries:
                 time.sleep(random.uniform(0, backoff * (2 ** min(attempt, 8))))
         raise LeaseContention(key, retries)
 
-    def _create_missing_row(self, w: BaseDatabaseWrapper, key: str) -> None:
-        """A definition whose row is missing (made by ``objects.create`` or the admin)."""
+    def _create_missing_row(self, w: BaseDatabaseWrapper, key: str, name: str) -> None:
+        """A row not made yet: a definition made by ``objects.create`` or the admin, or the
+        shard and period rows a definition gets on first use."""
         from .models import Sequence
 
         found = _select(
-            w, Sequence.objects.filter(name=key).values_list("pk", "step", "min_value", "max_value")
+            w,
+            Sequence.objects.filter(name=name).values_list("pk", "step", "min_value", "max_value"),
         )
         if not found:
-            raise SequenceNotFound(key)
+            raise SequenceNotFound(name)
         pk, step, lo, hi = found[0]
-        seq = Sequence(pk=pk, name=key, step=step, min_value=lo, max_value=hi)
+        seq = Sequence(pk=pk, name=name, step=step, min_value=lo, max_value=hi)
         with contextlib.suppress(IntegrityError):  # another process created it first: fine
             _insert(w, _row_for(seq, key))
 
 
-class _LeaseSQL:
-    __slots__ = ("select", "update")
+def _check_key(key: object) -> None:
+    if not isinstance(key, str) or not key or len(key) > 191:
+        raise InvalidName(f"A counter-row key is a str of 1 to 191 characters; got {key!r}.")
 
-    def __init__(self, select: str, update: str) -> None:
+
+def _on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
+    """Run ``fn`` on the private connection of ``alias``; after a database error, reconnect and
+    try once more (the server may have restarted), then raise :class:`BackendUnavailable`."""
+    conn = lease_connection(alias)
+    for attempt in (1, 2):
+        try:
+            with conn.use() as w:
+                return fn(w)
+        except DatabaseError as exc:
+            conn.discard()
+            if attempt == 2:
+                raise BackendUnavailable(
+                    f"Could not lease {key!r} from database {alias!r}: {exc}. Check that it "
+                    f"is up and that `migrate` has run."
+                ) from exc
+    raise AssertionError("unreachable")
+
+
+class _LeaseSQL:
+    __slots__ = ("increment", "select", "update")
+
+    def __init__(self, select: str, update: str, increment: str | None) -> None:
         self.select = select
         self.update = update
+        self.increment = increment
 
 
 _sql_cache: dict[tuple[type, str], _LeaseSQL] = {}
 
 
-def _lease_sql(model: type[Segment], alias: str) -> _LeaseSQL:
-    from django.db import connections
-
+def _lease_sql(model: type[Segment], w: BaseDatabaseWrapper) -> _LeaseSQL:
+    """The lease statements for ``w``'s vendor, built once from the models' ``_meta``."""
     from .models import Sequence
 
-    vendor = connections[alias].vendor
-    found = _sql_cache.get((model, vendor))
+    found = _sql_cache.get((model, w.vendor))
     if found is None:
-        qn = connections[alias].ops.quote_name
+        qn = w.ops.quote_name
         seg = model._meta
         defn = Sequence._meta
 
@@ -270,25 +350,57 @@ def _lease_sql(model: type[Segment], alias: str) -> _LeaseSQL:
             return qn(meta.get_field(name).column)
 
         t, d = qn(seg.db_table), qn(defn.db_table)
+        value, version = col("value"), col("version")
         select = (
-            f"SELECT s.{col('value')}, s.{col('min_value')}, s.{col('max_value')}, "
-            f"s.{col('step')}, s.{col('version')}, d.{col('cycle', defn)}, d.{col('name', defn)} "
+            f"SELECT s.{value}, s.{col('min_value')}, s.{col('max_value')}, "
+            f"s.{col('step')}, s.{version}, d.{col('cycle', defn)}, d.{col('name', defn)} "
             f"FROM {t} s JOIN {d} d ON d.{qn(str(defn.pk.column))} = s.{col('sequence')} "
             f"WHERE s.{col('key')} = %s"
         )
         update = (
-            f"UPDATE {t} SET {col('value')} = %s, {col('version')} = {col('version')} + 1, "
-            f"{col('updated_at')} = %s WHERE {col('key')} = %s AND {col('version')} = %s"
+            f"UPDATE {t} SET {value} = %s, {version} = {version} + 1, "
+            f"{col('updated_at')} = %s WHERE {col('key')} = %s AND {version} = %s"
         )
-        found = _sql_cache[(model, vendor)] = _LeaseSQL(select, update)
+        # value <= max - n rather than value + n <= max: no overflow next to BIGINT's limit
+        where = (
+            f"WHERE {col('key')} = %s AND {value} >= {col('min_value')} - 1 "
+            f"AND {value} <= {col('max_value')} - %s"
+        )
+        sets = f"{version} = {version} + 1, {col('updated_at')} = %s"
+        increment: str | None
+        if w.vendor == "mysql":
+            increment = f"UPDATE {t} SET {value} = LAST_INSERT_ID({value} + %s), {sets} {where}"
+        elif w.vendor == "postgresql" or (
+            w.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
+        ):
+            increment = f"UPDATE {t} SET {value} = {value} + %s, {sets} {where} RETURNING {value}"
+        else:  # other backends: the optimistic lease, one value at a time
+            increment = None
+        found = _sql_cache[(model, w.vendor)] = _LeaseSQL(select, update, increment)
     return found
 
 
-def _plan(name: str, value: int, lo: int, hi: int, count: int, cycle: bool) -> tuple[int, int]:
-    """The range a lease takes from a row whose last leased value is ``value``."""
+def _plan(
+    name: str, value: int, lo: int, hi: int, count: int, cycle: bool, exact: bool = False
+) -> tuple[int, int]:
+    """The range a lease takes from a row whose last leased value is ``value``.
+
+    With ``exact`` a non-cycling row that has fewer than ``count`` values left raises rather
+    than returning a shorter range (strict batches are all or nothing).
+    """
     first = max(value + 1, lo)  # min_value may have been raised since
     if first > hi:
         if not cycle:
             raise SequenceExhausted(name, hi)
         first = lo
-    return first, min(first + count - 1, hi)
+    last = first + count - 1
+    if last > hi:
+        if exact and not cycle:
+            raise SequenceExhausted(
+                name,
+                hi,
+                f"Sequence {name!r} has {hi - first + 1} values left before its max_value {hi}; "
+                f"asked for {count}. Ask for fewer, raise max_value or set cycle=True.",
+            )
+        last = hi
+    return first, last

@@ -19,6 +19,7 @@ from .exceptions import InvalidDefinition
 
 BUILTIN: dict[str, str] = {
     "segment": "django_sequences.strategies.SegmentStrategy",
+    "strict": "django_sequences.strategies.StrictStrategy",
 }
 
 
@@ -79,6 +80,40 @@ class SegmentStrategy(Strategy):
             threshold=app_settings.PREFETCH_THRESHOLD,
             wait_timeout=app_settings.LEASE_WAIT_TIMEOUT,
         )
+
+
+class StrictStrategy(Strategy):
+    """One atomic UPDATE per call or batch: strictly increasing across processes.
+
+    ``gapless``: run inside the caller's transaction, so a rollback gives the number back.
+    ``shards``: spread over N rows; strict order then holds per sub-key.
+    """
+
+    name = "strict"
+    options = {"gapless": (bool, False), "shards": (int, 1)}
+
+    def validate(self, spec: SequenceSpec) -> None:
+        super().validate(spec)
+        shards = self.option(spec, "shards")
+        if not 1 <= shards <= 1024:
+            raise InvalidDefinition(
+                f"Sequence {spec.name!r}: options['shards'] must be from 1 to 1024; got {shards}."
+            )
+
+    def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
+        from .core.strict import StrictGenerator
+        from .models import Segment
+
+        gapless: bool = self.option(spec, "gapless")
+        shards: int = self.option(spec, "shards")
+        keys = [spec.name] if shards == 1 else [f"{spec.name}#{i}" for i in range(shards)]
+
+        def increment(shard: int, count: int) -> tuple[int, int]:
+            return Segment.objects.increment(
+                keys[shard], count, using=alias, sequence=spec.name, gapless=gapless
+            )
+
+        return StrictGenerator(spec.name, increment, shards=shards)
 
 
 def names() -> tuple[str, ...]:
