@@ -14,13 +14,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SequenceHandle",
+    "explain",
     "get_sequence",
     "next_value",
     "next_values",
 ]
 
 if TYPE_CHECKING:
-    from .api import SequenceHandle, get_sequence, next_value, next_values
+    from .api import SequenceHandle, explain, get_sequence, next_value, next_values
 
 
 def __getattr__(name: str) -> Any:

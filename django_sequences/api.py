@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .conf import app_settings
 from .core.base import IdGenerator, KeyedGenerator, Status
 from .core.validation import check_count
-from .exceptions import InvalidKey
+from .exceptions import InvalidDefinition, InvalidKey
 from .registry import _generators, get
 
 
@@ -85,3 +87,22 @@ class SequenceHandle:
 def get_sequence(name: str, *, using: str | None = None) -> SequenceHandle:
     """A :class:`SequenceHandle` on ``name`` (raises ``SequenceNotFound`` for unknown names)."""
     return SequenceHandle(name, using=using)
+
+
+def explain(name: str, value: int, *, using: str | None = None) -> dict[str, Any]:
+    """Decode a value of sequence ``name`` into its parts (time, worker, sequence, …).
+
+    Only strategies whose values have parts can do this (their generator has an
+    ``explain(value)`` method); others raise :class:`InvalidDefinition`.
+    """
+    gen = get(name, using)
+    decode = getattr(gen, "explain", None)
+    if decode is None:
+        raise InvalidDefinition(
+            f"Sequence {name!r} (strategy {gen.strategy!r}) makes plain counters; only "
+            f"structured values (snowflake, timestamp) can be explained."
+        )
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidKey(f"explain() takes an int value; got {value!r}.")
+    result: dict[str, Any] = decode(value)
+    return result

@@ -67,3 +67,11 @@ def test_key_on_an_unsharded_sequence_is_refused() -> None:
         next_values("order", 3, key="chat-1")
     with pytest.raises(InvalidKey):
         get_sequence("order").next(key="chat-1")
+
+
+def test_explain_refuses_plain_counters() -> None:
+    from django_sequences import explain
+
+    Sequence.objects.define("order")
+    with pytest.raises(InvalidDefinition, match="plain counters"):
+        explain("order", 5)
