@@ -20,6 +20,7 @@ from .exceptions import InvalidDefinition
 BUILTIN: dict[str, str] = {
     "segment": "django_sequences.strategies.SegmentStrategy",
     "strict": "django_sequences.strategies.StrictStrategy",
+    "autoincrement": "django_sequences.sources.autoincrement.AutoIncrementStrategy",
 }
 
 
