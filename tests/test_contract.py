@@ -1,0 +1,171 @@
+"""The contract every strategy keeps, run for each strategy on each database (CosId-style spec).
+
+A strategy joins by adding a case to ``CASES``: how to define a sequence of it, and whether it
+promises values increasing within a process. Every test counts every value it was given.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from django_sequences import get_sequence, next_value, next_values
+from django_sequences.exceptions import InvalidCount
+from django_sequences.models import Sequence
+
+from . import workers
+from .conftest import assert_unique
+from .test_concurrency import db_env
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@dataclass
+class Case:
+    define: dict[str, Any]
+    increasing: bool = True
+    """Values increase within a process (across threads of it too, per thread)."""
+    setup: Callable[[str], None] = field(default=lambda name: None)
+    teardown: Callable[[], None] = field(default=lambda: None)
+
+
+def _create_ai_tables(name: str) -> None:
+    call_command("sequences_create_tables", name, verbosity=0)
+
+
+def _drop_ai_tables() -> None:
+    with connection.cursor() as c:
+        for table in connection.introspection.table_names():
+            if table.startswith("dsq_ai_"):
+                c.execute(f"DROP TABLE {connection.ops.quote_name(table)}")
+
+
+CASES: dict[str, Case] = {
+    "segment": Case({"strategy": "segment", "step": 50}),
+    "segment-cached-big": Case({"strategy": "segment", "step": 5000}),
+    "strict": Case({"strategy": "strict"}),
+    "strict-sharded": Case({"strategy": "strict", "options": {"shards": 4}}, increasing=False),
+    "autoincrement": Case(
+        {"strategy": "autoincrement", "options": {"table_bits": 1}},
+        increasing=False,
+        setup=_create_ai_tables,
+        teardown=_drop_ai_tables,
+    ),
+}
+
+
+@pytest.fixture(params=sorted(CASES))
+def seq(request: pytest.FixtureRequest) -> Iterator[tuple[str, Case]]:
+    case = CASES[request.param]
+    name = "contract"
+    Sequence.objects.define(name, **case.define)
+    case.setup(name)
+    yield name, case
+    case.teardown()
+
+
+def test_sequential_values(seq: tuple[str, Case]) -> None:
+    name, case = seq
+    got = [next_value(name) for _ in range(300)]
+    assert_unique(got, 300)
+    assert all(isinstance(v, int) and v > 0 for v in got)
+    if case.increasing:
+        assert got == sorted(got)
+
+
+def test_batches_and_single_values_never_overlap(seq: tuple[str, Case]) -> None:
+    name, _ = seq
+    got: list[int] = []
+    for size in (1, 7, 64, 3):
+        batch = next_values(name, size)
+        assert len(batch) == size
+        got.extend(batch)
+        got.append(next_value(name))
+    assert_unique(got, 79)
+
+
+def test_bad_counts_are_refused(seq: tuple[str, Case]) -> None:
+    name, _ = seq
+    for bad in (0, -1, 10**9):
+        with pytest.raises(InvalidCount):
+            next_values(name, bad)
+
+
+def test_status_names_the_strategy(seq: tuple[str, Case]) -> None:
+    name, case = seq
+    next_value(name)
+    s = get_sequence(name).status()
+    assert (s.name, s.strategy) == (name, case.define["strategy"])
+
+
+def test_threads(seq: tuple[str, Case]) -> None:
+    name, case = seq
+    per = 400
+    results: list[list[int]] = [[] for _ in range(8)]
+    errors: list[BaseException] = []
+
+    def work(out: list[int]) -> None:
+        try:
+            for i in range(per // 4):
+                if i % 10 == 0:
+                    out.extend(next_values(name, 4))
+                else:
+                    out.extend(next_value(name) for _ in range(4))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in results]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert_unique([v for r in results for v in r], 8 * per)
+    if case.increasing:
+        for r in results:
+            assert r == sorted(r)
+
+
+def test_spawned_processes(seq: tuple[str, Case]) -> None:
+    name, _ = seq
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    per = 500
+    procs = [
+        ctx.Process(
+            target=workers.spawned_issue,
+            args=(db_env(), connection.settings_dict["NAME"], name, per, out),
+        )
+        for _ in range(4)
+    ]
+    for p in procs:
+        p.start()
+    mine = [next_value(name) for _ in range(per)]
+    results = workers.collect(out, procs)
+    assert_unique(mine + [v for r in results for v in r], 5 * per)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_processes_after_warming(seq: tuple[str, Case]) -> None:
+    name, _ = seq
+    warm = [next_value(name) for _ in range(5)]
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    per = 500
+    procs = [
+        ctx.Process(target=workers.issue_values, args=(name, per, batch, out))
+        for batch in (1, 1, 5, 50)
+    ]
+    for p in procs:
+        p.start()
+    mine = [next_value(name) for _ in range(per)]
+    results = workers.collect(out, procs)
+    assert_unique(warm + mine + [v for r in results for v in r], 5 + 5 * per)
