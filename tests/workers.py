@@ -66,3 +66,19 @@ def collect(out: Any, procs: list[Any], timeout: float = 120.0) -> list[Any]:
         if p.exitcode != 0:
             raise AssertionError(f"child {p.pid} exited with {p.exitcode}")
     return results
+
+
+def spawned_stream(
+    db_env: dict[str, str], db_name: str, name: str, count: int, fd_path: str
+) -> None:
+    """Issue ``count`` values, appending each to ``fd_path`` as it is issued (one line, one
+    ``write`` each), so a child killed with SIGKILL has reported everything it handed out."""
+    setup_django(db_env, db_name)
+    from django_sequences import next_value
+
+    fd = os.open(fd_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        for _ in range(count):
+            os.write(fd, b"%d\n" % next_value(name))
+    finally:
+        os.close(fd)

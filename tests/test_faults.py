@@ -1,0 +1,64 @@
+"""Failures with real processes and real services: zero duplicates whatever happens."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from django_sequences import next_value
+from django_sequences.models import Sequence
+
+from . import workers
+from .test_concurrency import db_env
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def read_values(paths: list[Path]) -> list[int]:
+    out: list[int] = []
+    for p in paths:
+        if p.exists():
+            out.extend(int(line) for line in p.read_text().split())
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["segment", "strict"])
+def test_kill_9_a_worker_mid_run(strategy: str, tmp_path: Path) -> None:
+    """A worker killed mid-run loses its cached range (a gap); a new worker, the survivors and
+    the parent never hand out a value twice."""
+    Sequence.objects.define("order", strategy=strategy, step=200)
+    ctx = multiprocessing.get_context("spawn")
+    name = connection.settings_dict["NAME"]
+    per = 3000
+    paths = [tmp_path / f"w{i}.txt" for i in range(4)]
+    procs = [
+        ctx.Process(target=workers.spawned_stream, args=(db_env(), name, "order", per, str(p)))
+        for p in paths[:3]
+    ]
+    for p in procs:
+        p.start()
+    victim = procs[0]
+    deadline = time.monotonic() + 60
+    while len(read_values(paths[:1])) < 300:  # let it get going, holding a cached range
+        assert time.monotonic() < deadline, "worker never started issuing"
+        time.sleep(0.01)
+    os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    victim.join(10)
+    assert victim.exitcode == -signal.SIGKILL
+    replacement = ctx.Process(
+        target=workers.spawned_stream, args=(db_env(), name, "order", per, str(paths[3]))
+    )
+    replacement.start()
+    mine = [next_value("order") for _ in range(per)]
+    for p in [*procs[1:], replacement]:
+        p.join(120)
+        assert p.exitcode == 0
+    every = mine + read_values(paths)
+    assert len(every) == len(set(every)), "a value was issued twice"
+    assert len(every) >= 4 * per + 300
