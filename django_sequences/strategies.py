@@ -21,6 +21,8 @@ BUILTIN: dict[str, str] = {
     "segment": "django_sequences.strategies.SegmentStrategy",
     "strict": "django_sequences.strategies.StrictStrategy",
     "autoincrement": "django_sequences.sources.autoincrement.AutoIncrementStrategy",
+    "redis": "django_sequences.sources.redis.RedisStrategy",
+    "redis_segment": "django_sequences.sources.redis.RedisSegmentStrategy",
 }
 
 

@@ -82,3 +82,131 @@ def spawned_stream(
             os.write(fd, b"%d\n" % next_value(name))
     finally:
         os.close(fd)
+
+
+def issue_until(name: str, stop: Any, batch: int, out: Any, tolerate: bool = False) -> None:
+    """Issue values of ``name`` (``batch`` at a time when > 1) until ``stop`` is set. With
+    ``tolerate``, ``BackendUnavailable`` (a store restarting) is counted and retried after a
+    short sleep. Sends back ``(values, errors)``."""
+    import time
+
+    from django_sequences import next_value, next_values
+    from django_sequences.exceptions import BackendUnavailable
+
+    got: list[int] = []
+    errors = 0
+    try:
+        while not stop.is_set():
+            try:
+                if batch == 1:
+                    got.append(next_value(name))
+                else:
+                    got.extend(next_values(name, batch))
+            except BackendUnavailable:
+                if not tolerate:
+                    raise
+                errors += 1
+                time.sleep(0.002)
+        out.put(("ok", os.getpid(), (got, errors)))
+    except BaseException as exc:
+        out.put(("error", os.getpid(), repr(exc)))
+
+
+def spawned_issue_until(
+    db_env: dict[str, str],
+    db_name: str,
+    name: str,
+    stop: Any,
+    batch: int,
+    out: Any,
+    tolerate: bool = False,
+) -> None:
+    setup_django(db_env, db_name)
+    issue_until(name, stop, batch, out, tolerate)
+
+
+def forked_status_then_issue(name: str, count: int, batch: int, out: Any) -> None:
+    """In a forked child: send back the sequence's status as inherited (before issuing) and
+    ``count`` values."""
+    from django_sequences import get_sequence, next_value, next_values
+
+    try:
+        inherited = get_sequence(name).status()
+        got: list[int] = []
+        while len(got) < count:
+            if batch == 1:
+                got.append(next_value(name))
+            else:
+                got.extend(next_values(name, min(batch, count - len(got))))
+        out.put(("ok", os.getpid(), (inherited, got)))
+    except BaseException as exc:
+        out.put(("error", os.getpid(), repr(exc)))
+
+
+def spawned_pausable(
+    db_env: dict[str, str],
+    db_name: str,
+    name: str,
+    overrides: dict[str, Any],
+    stop: Any,
+    out: Any,
+) -> None:
+    """Issue values of ``name`` slowly until ``stop`` is set, so that the parent can SIGSTOP this
+    process mid-stream. A lost worker-id lease is counted and retried. Sends
+    ``("ready", pid, worker_id)`` first, then ``(values, losses, index of the first loss)``."""
+    import time
+
+    setup_django(db_env, db_name)
+    from django.test import override_settings
+
+    override_settings(DJANGO_SEQUENCES=overrides).enable()
+    from django_sequences import get_sequence
+    from django_sequences.exceptions import WorkerLeaseLost
+
+    got: list[int] = []
+    losses, first_loss = 0, -1
+    try:
+        h = get_sequence(name)
+        got.append(h.next())
+        out.put(("ready", os.getpid(), h.status().details["worker_id"]))
+        while not stop.is_set():
+            try:
+                got.append(h.next())
+            except WorkerLeaseLost:
+                losses += 1
+                if first_loss < 0:
+                    first_loss = len(got)
+                time.sleep(0.02)
+                continue
+            time.sleep(0.0005)
+        out.put(("ok", os.getpid(), (got, losses, first_loss)))
+    except BaseException as exc:
+        out.put(("error", os.getpid(), repr(exc)))
+
+
+def spawned_stream_retrying(
+    db_env: dict[str, str], db_name: str, name: str, count: int, fd_path: str, stop_after: float
+) -> None:
+    """Like :func:`spawned_stream`, but a caller that sees ``BackendUnavailable`` (its database
+    is down) waits a little and tries again, as a service would; gives up after ``stop_after``
+    seconds."""
+    import time
+
+    setup_django(db_env, db_name)
+    from django_sequences import next_value
+    from django_sequences.exceptions import BackendUnavailable
+
+    deadline = time.monotonic() + stop_after
+    fd = os.open(fd_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        done = 0
+        while done < count and time.monotonic() < deadline:
+            try:
+                v = next_value(name)
+            except BackendUnavailable:
+                time.sleep(0.05)
+                continue
+            os.write(fd, b"%d\n" % v)
+            done += 1
+    finally:
+        os.close(fd)
