@@ -14,6 +14,7 @@ from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
 from .exceptions import InvalidDefinition, InvalidName
 from .managers import SegmentManager, SequenceManager
+from .sources.workers import WorkerLeaseManager
 from .strategies import validate
 
 #: Longest counter-row key: a sequence name plus a period, shard or partition suffix.
@@ -151,6 +152,8 @@ class WorkerLease(models.Model):
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     last_timestamp = models.BigIntegerField(_("last timestamp"), default=0)
     version = models.BigIntegerField(_("version"), default=0)
+
+    objects = WorkerLeaseManager()
 
     class Meta:
         verbose_name = _("worker lease")

@@ -23,6 +23,8 @@ BUILTIN: dict[str, str] = {
     "autoincrement": "django_sequences.sources.autoincrement.AutoIncrementStrategy",
     "redis": "django_sequences.sources.redis.RedisStrategy",
     "redis_segment": "django_sequences.sources.redis.RedisSegmentStrategy",
+    "snowflake": "django_sequences.sources.snowflake.SnowflakeStrategy",
+    "timestamp": "django_sequences.sources.timestamp.TimestampStrategy",
 }
 
 

@@ -1,0 +1,492 @@
+"""Values made of (time tick, worker id, counter) under a worker-id lease: the engine behind the
+snowflake strategy and the timestamp strategy's ``counter="local"`` mode. Pure Python.
+
+A value is ``base(tick, worker) + counter`` where ``counter`` runs from ``first`` to ``cap`` within
+one tick (a tick is a millisecond or a second since the Unix epoch). Uniqueness across processes
+rests on two things (invariant I4):
+
+* **A live lease.** The worker id comes from a lease (:class:`WorkerSlot`, see
+  ``sources/workers.py``) that expires ``ttl`` seconds after its last renewal, judged by the
+  store's clock. This process stops issuing at ``deadline`` = (monotonic time taken *before* the
+  renewal's round trip) + ``ttl`` - ``margin``, so it stops before any other process can take the
+  id over. The deadline is checked on every call, fast path included. Past it, the generator
+  renews (same id, if nobody took it) or acquires another id, or raises
+  :class:`~django_sequences.exceptions.WorkerLeaseLost`; it issues nothing meanwhile.
+* **A persisted bound.** Values use only ticks <= ``ahead``, a tick that was written to the
+  lease (``last_timestamp``) by a successful conditional renewal *before* any value used it
+  (``ahead`` = now + a window of at most 1 s, pushed forward by the heartbeat, or synchronously
+  when passed). Whoever acquires the id next starts strictly after that tick: a clock that went
+  back, a restart, a process paused past its lease (even one that resumes in the middle of
+  ``next()``) can never produce a value the next owner also produces.
+
+Within the process the tick never goes back: a clock that went back by up to
+``tolerance_ms`` is waited out, further raises
+:class:`~django_sequences.exceptions.ClockMovedBackwards` and issues nothing.
+
+The fast path (GIL builds) takes no lock: the state of the current tick is one immutable tuple
+``(tick, counter, base)`` whose ``counter`` is an ``itertools.count`` (``next()`` on it is atomic
+under the GIL). A call reads the clock, reads the tuple, compares the tick, compares the
+monotonic clock with the deadline, and adds ``base`` to ``next(counter)``. Anything else (a new
+tick, a full tick, the deadline, the bound, a clock that went back) goes to the slow path under
+``_lock``, which re-reads the clock and replaces the tuple only by one of a *later* tick; so
+one live tuple per tick ever exists, and two threads can never get the same counter in the same
+tick. (A thread that read the tuple just before it was replaced may still take a value of the
+old tick: it is unique, and still below the persisted bound.) Lease I/O runs under
+``_io``, never under ``_lock``. Free-threaded builds (no GIL) and strategies that need
+all-or-nothing batches (``locked=True``) run the same steps under ``_lock``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from ..exceptions import BackendUnavailable, ClockMovedBackwards, WorkerLeaseLost
+from . import forking
+from .base import Status
+from .clock import SYSTEM_CLOCK, Clock, SystemClock
+
+log = logging.getLogger("django_sequences.workers")
+
+#: True where ``next()`` on an ``itertools.count`` is atomic (a GIL build).
+LOCK_FREE: bool = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+#: The persisted bound runs this far ahead of the clock (capped at half the lease TTL).
+AHEAD_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A worker id just acquired."""
+
+    worker_id: int
+    floor: int
+    """The id's ``last_timestamp`` before we took it: we issue only in later ticks."""
+    bound: int
+    """The ``last_timestamp`` we wrote: we may issue up to this tick."""
+    deadline: float
+    """Monotonic time (of the generator's clock) after which we must not issue."""
+
+
+@dataclass(frozen=True)
+class Renewal:
+    bound: int
+    deadline: float
+
+
+class Slot(Protocol):
+    """One process's lease on a worker id of one namespace (``sources.workers.WorkerSlot``).
+
+    Its methods do I/O; the generator calls them under its ``_io`` lock only.
+    """
+
+    namespace: str
+    max_worker: int
+    ttl: float
+
+    def acquire(self, now_tick: int, ahead: int) -> Grant:
+        """Take a free or expired id; raise ``WorkerLeaseLost`` when every id is held."""
+        ...
+
+    def renew(self, ahead: int) -> Renewal | None:
+        """Extend the lease and persist ``ahead``; None when the lease is no longer ours."""
+        ...
+
+    def release(self, last: int | None) -> None:
+        """Give the id back, recording ``last`` (the highest tick used) if given."""
+        ...
+
+    def forget(self) -> None:
+        """Drop the lease locally, without I/O (it will expire)."""
+        ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def _after_fork_in_child(self) -> None: ...
+
+
+class Heartbeat(Protocol):
+    def add(self, member: Any) -> None: ...
+
+    def nudge(self, member: Any) -> None: ...
+
+
+class _WallNs:
+    """``time.time_ns()`` for an injected clock (tests)."""
+
+    __slots__ = ("_wall",)
+
+    def __init__(self, clock: Clock) -> None:
+        self._wall = clock.wall
+
+    def __call__(self) -> int:
+        return round(self._wall() * 1e9)
+
+
+def _is_system(clock: Clock) -> bool:
+    return clock is SYSTEM_CLOCK or type(clock) is SystemClock
+
+
+_LEASE, _BACK, _FULL, _TICK = "lease", "back", "full", "tick"
+#: Waits for a tick end a microsecond past it (a clock read exactly at the edge may still say
+#: the previous tick).
+_PAST = 1e-6
+
+
+def _peek(counter: Iterator[int]) -> int:
+    """The next number of an ``itertools.count`` without taking it (its repr is ``count(n)``;
+    copying counters is deprecated since Python 3.12)."""
+    return int(repr(counter)[6:-1])
+
+
+class LeasedTickGenerator:
+    """See the module docstring. Subclasses define ``_base``, ``_on_full`` and ``explain``."""
+
+    strategy: str = ""
+    #: Run every step under ``_lock`` (needed for all-or-nothing batches); set on a subclass.
+    locked: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        name: str,
+        slot: Slot,
+        *,
+        unit_ns: int,
+        first: int,
+        cap: int,
+        tolerance_ms: float = 5.0,
+        clock: Clock = SYSTEM_CLOCK,
+        sleep: Callable[[float], None] = time.sleep,
+        heartbeat: Heartbeat | None = None,
+        heartbeat_interval: float = 10.0,
+    ) -> None:
+        self.name = name
+        self._slot = slot
+        self._unit_ns = unit_ns
+        self._first = first
+        self._cap = cap
+        self._tolerance_ms = float(tolerance_ms)
+        self._clock = clock
+        self._sleep = sleep
+        self._heartbeat = heartbeat
+        self._heartbeat_interval = heartbeat_interval
+        self._locked = type(self).locked or not LOCK_FREE
+        self._ns: Callable[[], int]
+        self._mono: Callable[[], float]
+        if _is_system(clock):
+            self._ns, self._mono = time.time_ns, time.monotonic
+        else:
+            self._ns, self._mono = _WallNs(clock), clock.monotonic
+        window_s = min(AHEAD_SECONDS, slot.ttl / 2)
+        self._window = max(1, int(window_s * 1e9) // unit_ns)
+        self._init_state()
+        forking.register(self)
+
+    def _init_state(self) -> None:
+        self._lock = threading.Lock()
+        self._io = threading.Lock()
+        self._st: tuple[int, Iterator[int], int] = self._sentinel(-1)
+        self._worker: int | None = None
+        self._deadline = -math.inf
+        self._ahead = -1
+        self._soft = -1
+        self._pos = 0  # locked mode: the next counter of the current tick
+        self._issued = 0
+        self._acquisitions = 0
+        self._renewals = 0
+        self._losses = 0
+        self._last_error: str | None = None
+        # read by the heartbeat thread
+        self._next_beat = 0.0
+        self._nudged = False
+
+    def _sentinel(self, tick: int) -> tuple[int, Iterator[int], int]:
+        """A state for ``tick`` with nothing left in it: the next value needs a later tick."""
+        return (tick, itertools.count(self._cap + 1), -1)
+
+    # --- subclass hooks ------------------------------------------------------------------
+
+    def _base(self, tick: int, worker: int) -> int:
+        """The value of counter 0 in ``tick`` for ``worker`` (may raise)."""
+        raise NotImplementedError
+
+    def _on_full(self, tick: int, count: int) -> None:
+        """The current tick has fewer than ``count`` values left: return to wait for the next
+        tick, or raise."""
+
+    # --- the fast path -------------------------------------------------------------------
+
+    def next(self) -> int:
+        """One value (lock-free; see the module docstring)."""
+        t = self._ns() // self._unit_ns
+        st = self._st
+        if st[0] == t and self._mono() < self._deadline:
+            s = next(st[1])
+            if s <= self._cap:
+                return st[2] + s
+        return self._grab(1)[0]
+
+    def _next_locked(self) -> int:
+        """One value, every step under ``_lock`` (locked subclasses, free-threaded builds)."""
+        return self._grab(1)[0]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.locked or not LOCK_FREE:
+            cls.next = cls._next_locked  # type: ignore[method-assign]
+
+    def take(self, count: int) -> range | list[int]:
+        """``count`` values; a ``range`` when they are consecutive (one tick, one worker)."""
+        if not self._locked:
+            out = [self.next() for _ in range(count)]
+            if all(b - a == 1 for a, b in itertools.pairwise(out)):
+                return range(out[0], out[-1] + 1)
+            return out
+        pieces: list[range] = []
+        need = count
+        while need:
+            r = self._grab(need)
+            pieces.append(r)
+            need -= len(r)
+        if len(pieces) == 1:
+            return pieces[0]
+        return [v for p in pieces for v in p]
+
+    # --- the slow path -------------------------------------------------------------------
+
+    def _grab(self, count: int) -> range:
+        """Up to ``count`` values of one tick (in locked mode: all of them, when they fit)."""
+        waited_back = 0.0
+        while True:
+            with self._lock:
+                ns = self._ns()
+                t = ns // self._unit_ns
+                st = self._st
+                pause = 0.0
+                if self._worker is None or self._mono() >= self._deadline:
+                    action = _LEASE
+                elif t < st[0]:
+                    action, pause = _BACK, (st[0] * self._unit_ns - ns) / 1e9
+                elif t == st[0]:
+                    got = self._from_current(st, count)
+                    if got is not None:
+                        return got
+                    # a full tick waits for the next one; a tick the id's previous owner used
+                    # (or this process, before a re-acquisition) too, never rate-limited
+                    action = _FULL if st[2] >= 0 else _TICK
+                    pause = ((t + 1) * self._unit_ns - ns) / 1e9
+                elif t > self._ahead:
+                    action = _LEASE  # push the persisted bound first
+                elif count > self._room and self._all_or_nothing:
+                    action = _FULL
+                    pause = ((t + 1) * self._unit_ns - ns) / 1e9
+                else:
+                    base = self._base(t, self._worker)
+                    k = min(count, self._room) if self._locked else 1
+                    self._retire(st)
+                    self._st = (t, itertools.count(self._first + k), base)
+                    self._pos = self._first + k
+                    if t > self._soft and self._heartbeat is not None:
+                        self._soft = self._ahead  # once per bound
+                        self._nudged = True
+                        self._heartbeat.nudge(self)
+                    return range(base + self._first, base + self._first + k)
+            if action is _LEASE:
+                self._refresh_lease()
+            elif action is _BACK:
+                waited_back += pause
+                if pause * 1000 > self._tolerance_ms or waited_back * 1000 > 2 * max(
+                    self._tolerance_ms, 1.0
+                ):
+                    raise ClockMovedBackwards(self.name, round(pause * 1000, 3), self._tolerance_ms)
+                self._sleep(pause + _PAST)
+            else:
+                if action is _FULL:
+                    self._on_full(t, count)
+                self._sleep(max(0.0, pause) + _PAST)
+
+    def _from_current(self, st: tuple[int, Iterator[int], int], count: int) -> range | None:
+        # lock held; st is the state of the current tick
+        if st[2] < 0:
+            return None
+        if not self._locked:
+            s = next(st[1])
+            return range(st[2] + s, st[2] + s + 1) if s <= self._cap else None
+        s = self._pos
+        k = min(count, self._cap - s + 1)
+        if k <= 0 or (k < count and self._all_or_nothing):
+            return None
+        self._pos = s + k
+        return range(st[2] + s, st[2] + s + k)
+
+    @property
+    def _room(self) -> int:
+        return self._cap - self._first + 1
+
+    @property
+    def _all_or_nothing(self) -> bool:
+        return False
+
+    def _used(self, st: tuple[int, Iterator[int], int]) -> int:
+        # lock held: how many values the tick of ``st`` gave out
+        if st[2] < 0:
+            return 0
+        pos = self._pos if self._locked else _peek(st[1])
+        return min(pos, self._cap + 1) - self._first
+
+    def _retire(self, st: tuple[int, Iterator[int], int]) -> None:
+        # lock held (status only; late fast-path callers of the old tuple may still add a few)
+        self._issued += self._used(st)
+
+    # --- leases --------------------------------------------------------------------------
+
+    def _refresh_lease(self) -> None:
+        """Renew (pushing the bound) or acquire a lease; raise if that is impossible."""
+        with self._io:
+            with self._lock:
+                t = self._ns() // self._unit_ns
+                live = self._worker is not None and self._mono() < self._deadline
+                if live and t <= self._ahead:
+                    return  # another thread did it meanwhile
+                had = self._worker is not None
+            if had:
+                try:
+                    r = self._slot.renew(t + self._window)
+                except BackendUnavailable as exc:
+                    self._last_error = str(exc)
+                    if live:
+                        raise
+                    with self._lock:
+                        self._drop()
+                    self._slot.forget()
+                    raise WorkerLeaseLost(
+                        f"Sequence {self.name!r}: this process's worker-id lease lapsed and could "
+                        f"not be renewed, so it issues nothing: {exc}"
+                    ) from exc
+                with self._lock:
+                    if r is not None:
+                        self._renewals += 1
+                        self._install_renewal(r)
+                        return
+                    self._drop()
+                    self._losses += 1
+                log.warning(
+                    "sequence %r: worker-id lease lost (taken over after it expired); "
+                    "acquiring another",
+                    self.name,
+                )
+            try:
+                g = self._slot.acquire(t, t + self._window)
+            except BackendUnavailable as exc:
+                self._last_error = str(exc)
+                raise
+            with self._lock:
+                self._acquisitions += 1
+                self._install_grant(g)
+        if self._heartbeat is not None:
+            self._next_beat = time.monotonic() + self._heartbeat_interval
+            self._heartbeat.add(self)
+
+    def _install_grant(self, g: Grant) -> None:
+        # lock held
+        self._retire(self._st)
+        self._worker = g.worker_id
+        self._st = self._sentinel(max(self._st[0], g.floor))
+        self._set_bound(g.bound, g.deadline)
+
+    def _install_renewal(self, r: Renewal) -> None:
+        # lock held
+        self._set_bound(r.bound, r.deadline)
+
+    def _set_bound(self, bound: int, deadline: float) -> None:
+        self._ahead = bound
+        self._soft = bound - self._window // 2 if self._window >= 2 else bound
+        self._deadline = deadline
+        self._nudged = False
+
+    def _drop(self) -> None:
+        # lock held: no lease; the next value needs a new one, in a later tick
+        self._retire(self._st)
+        self._worker = None
+        self._deadline = -math.inf
+        self._st = self._sentinel(self._st[0])
+        self._ahead = self._soft = -1
+
+    def _beat(self) -> None:
+        """Renew the lease (heartbeat thread)."""
+        self._next_beat = time.monotonic() + self._heartbeat_interval
+        self._nudged = False
+        with self._io:
+            if self._worker is None:
+                return
+            t = self._ns() // self._unit_ns
+            try:
+                r = self._slot.renew(t + self._window)
+            except BackendUnavailable as exc:
+                self._last_error = str(exc)
+                log.warning("sequence %r: heartbeat could not renew: %s", self.name, exc)
+                return
+            with self._lock:
+                if r is None:
+                    self._drop()
+                    self._losses += 1
+                else:
+                    self._renewals += 1
+                    self._install_renewal(r)
+        if r is None:
+            log.warning("sequence %r: worker-id lease lost (heartbeat)", self.name)
+
+    def close(self) -> None:
+        """Stop issuing and give the worker id back (called at exit; the generator acquires a
+        new lease if used again)."""
+        with self._io:
+            with self._lock:
+                held = self._worker is not None
+                last = self._st[0]
+                self._drop()
+            if held:
+                self._slot.release(last if last >= 0 else None)
+
+    def _after_fork_in_child(self) -> None:
+        """I3: the child never uses its parent's worker id; it acquires its own."""
+        tick = self._st[0]
+        self._init_state()
+        self._st = self._sentinel(tick)
+        self._slot._after_fork_in_child()
+
+    # --- introspection -------------------------------------------------------------------
+
+    @property
+    def worker_id(self) -> int | None:
+        return self._worker
+
+    def status(self) -> Status:
+        with self._lock:
+            st = self._st
+            issued = self._issued + self._used(st)
+            remaining = self._deadline - self._mono()
+            details: dict[str, Any] = {
+                "worker_id": self._worker,
+                "lease_remaining": round(remaining, 3) if self._worker is not None else None,
+                "last_tick": st[0] if st[0] >= 0 else None,
+                "persisted_until": self._ahead if self._ahead >= 0 else None,
+                "acquisitions": self._acquisitions,
+                "renewals": self._renewals,
+                "lost": self._losses,
+                **self._slot.describe(),
+            }
+            return Status(
+                name=self.name,
+                strategy=self.strategy,
+                issued=issued,
+                leases=self._acquisitions + self._renewals,
+                last_error=self._last_error,
+                details=details,
+            )

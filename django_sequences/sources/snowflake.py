@@ -1,0 +1,99 @@
+"""The ``snowflake`` strategy: 64-bit ids from time, a leased worker id and a per-tick counter,
+made in memory (no round trip per id). Logic in ``core/snowflake.py`` and ``core/ticks.py``;
+worker-id leases in ``sources/workers.py``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..core.base import SequenceSpec
+from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.snowflake import DEFAULT_EPOCH, Layout, SnowflakeGenerator
+from ..exceptions import InvalidDefinition
+from ..strategies import Strategy
+
+#: Options every strategy with a worker-id lease takes: option -> (types, default).
+LEASE_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "clock_tolerance_ms": ((int, float), 5),
+    "worker_store": (str, "database"),
+    "redis_alias": ((str, type(None)), None),
+}
+WORKER_STORES = ("database", "redis")
+#: The Redis store scans ids in one Lua call: keep that short.
+REDIS_MAX_WORKER = 2**16 - 1
+
+
+def check_lease_options(strategy: Strategy, spec: SequenceSpec, max_worker: int) -> None:
+    tolerance = strategy.option(spec, "clock_tolerance_ms")
+    if not 0 <= tolerance <= 60_000:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: options['clock_tolerance_ms'] must be from 0 to 60000; "
+            f"got {tolerance!r}."
+        )
+    store = strategy.option(spec, "worker_store")
+    if store not in WORKER_STORES:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: options['worker_store'] must be one of {WORKER_STORES}; "
+            f"got {store!r}."
+        )
+    if store == "redis" and max_worker > REDIS_MAX_WORKER:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: worker_store 'redis' handles at most "
+            f"{REDIS_MAX_WORKER + 1} worker ids; this layout has {max_worker + 1}."
+        )
+
+
+class SnowflakeStrategy(Strategy):
+    """Snowflake ids; see docs/strategies.md."""
+
+    name = "snowflake"
+    options = {
+        "time_unit": (str, "ms"),
+        "epoch": ((str, int), DEFAULT_EPOCH),
+        "time_bits": (int, 41),
+        "worker_bits": (int, 10),
+        "sequence_bits": (int, 12),
+        **LEASE_OPTIONS,
+    }
+
+    def layout(self, spec: SequenceSpec) -> Layout:
+        return Layout.from_options(spec.options, name=spec.name)
+
+    def validate(self, spec: SequenceSpec) -> None:
+        super().validate(spec)
+        check_lease_options(self, spec, self.layout(spec).max_worker)
+
+    def build(
+        self,
+        spec: SequenceSpec,
+        alias: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        sleep: Callable[[float], None] = time.sleep,
+        heartbeat: bool = True,
+    ) -> SnowflakeGenerator:
+        """``clock``, ``sleep`` and ``heartbeat=False`` are for tests."""
+        from ..conf import app_settings
+        from .workers import default_heartbeat, slot_for
+
+        layout = self.layout(spec)
+        slot = slot_for(
+            spec.name,
+            layout.max_worker,
+            store=self.option(spec, "worker_store"),
+            alias=alias,
+            redis_alias=self.option(spec, "redis_alias"),
+            clock=clock,
+        )
+        return SnowflakeGenerator(
+            spec.name,
+            layout,
+            slot,
+            tolerance_ms=self.option(spec, "clock_tolerance_ms"),
+            clock=clock,
+            sleep=sleep,
+            heartbeat=default_heartbeat() if heartbeat else None,
+            heartbeat_interval=app_settings.WORKER_HEARTBEAT,
+        )

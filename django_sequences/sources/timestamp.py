@@ -1,0 +1,149 @@
+"""The ``timestamp`` strategy (seed 001): ``int(strftime(format)) * 10**digits + counter`` in UTC,
+counted in Redis (one round trip per call) or in-process under a worker-id lease. Logic in
+``core/timestamp.py``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..core.base import IdGenerator, SequenceSpec
+from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.timestamp import (
+    DEFAULT_FORMAT,
+    LocalTimestampGenerator,
+    RedisTimestampGenerator,
+    TimestampLayout,
+)
+from ..exceptions import InvalidDefinition
+from ..strategies import Strategy
+from . import redisconn
+from .snowflake import LEASE_OPTIONS, check_lease_options
+
+COUNTERS = ("redis", "local")
+
+# KEYS[1]: the sequence's last-second key (no expiry); KEYS[2]: this second's counter (2 s).
+# ARGV: second, count, limit. Returns {code, n}: code >= 1 is the counter of the last value
+# taken; -1 (n = last second): the second is behind the last one used; -2: nothing is known of
+# this second (a new sequence, or the counter expired or was lost): use the next one; -3 (n =
+# counter): the limit would be passed. Only code >= 1 writes anything but the first last-second.
+_COUNT = """
+local second = tonumber(ARGV[1])
+local last = redis.call('GET', KEYS[1])
+if not last then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return {-2, second}
+end
+last = tonumber(last)
+if second < last then return {-1, last} end
+local cur = redis.call('GET', KEYS[2])
+if second == last and not cur then return {-2, last} end
+cur = tonumber(cur or '0')
+local count = tonumber(ARGV[2])
+if cur + count > tonumber(ARGV[3]) then return {-3, cur} end
+if second > last then redis.call('SET', KEYS[1], ARGV[1]) end
+local n = redis.call('INCRBY', KEYS[2], count)
+redis.call('EXPIRE', KEYS[2], 2)
+return {n, last}
+"""
+
+
+class TimestampStrategy(Strategy):
+    """Timestamp numbers; see docs/strategies.md."""
+
+    name = "timestamp"
+    options = {
+        "format": (str, DEFAULT_FORMAT),
+        "digits": (int, 5),
+        "per_second_limit": ((int, type(None)), None),
+        "counter": (str, "redis"),
+        "worker_digits": (int, 2),
+        **LEASE_OPTIONS,
+    }
+
+    def layout(self, spec: SequenceSpec) -> TimestampLayout:
+        counter = self.option(spec, "counter")
+        if counter not in COUNTERS:
+            raise InvalidDefinition(
+                f"Sequence {spec.name!r}: options['counter'] must be one of {COUNTERS}; "
+                f"got {counter!r}."
+            )
+        return TimestampLayout.from_options(
+            dict(spec.options), local=counter == "local", name=spec.name
+        )
+
+    def validate(self, spec: SequenceSpec) -> None:
+        super().validate(spec)
+        layout = self.layout(spec)
+        if layout.worker_digits:
+            check_lease_options(self, spec, layout.max_worker)
+        elif "worker_store" in spec.options:
+            raise InvalidDefinition(
+                f"Sequence {spec.name!r}: options['worker_store'] applies to counter 'local' only."
+            )
+
+    def build(
+        self,
+        spec: SequenceSpec,
+        alias: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        sleep: Callable[[float], None] = time.sleep,
+        heartbeat: bool = True,
+    ) -> IdGenerator:
+        """``clock``, ``sleep`` and ``heartbeat=False`` are for tests."""
+        from ..conf import app_settings
+        from .workers import default_heartbeat, slot_for
+
+        layout = self.layout(spec)
+        tolerance = self.option(spec, "clock_tolerance_ms")
+        redis_alias = self.option(spec, "redis_alias")
+        if layout.worker_digits:
+            slot = slot_for(
+                spec.name,
+                layout.max_worker,
+                store=self.option(spec, "worker_store"),
+                alias=alias,
+                redis_alias=redis_alias,
+                clock=clock,
+            )
+            return LocalTimestampGenerator(
+                spec.name,
+                layout,
+                slot,
+                tolerance_ms=tolerance,
+                clock=clock,
+                sleep=sleep,
+                heartbeat=default_heartbeat() if heartbeat else None,
+                heartbeat_interval=app_settings.WORKER_HEARTBEAT,
+            )
+        return RedisTimestampGenerator(
+            spec.name,
+            layout,
+            redis_counter(spec.name, redisconn.resolve_alias(redis_alias)),
+            tolerance_ms=tolerance,
+            clock=clock,
+            sleep=sleep,
+        )
+
+
+def redis_keys(name: str, alias: str) -> tuple[str, str]:
+    """(last-second key, counter key prefix) of sequence ``name``."""
+    prefix = redisconn.make_key(alias, f"django_sequences:timestamp:{{{name}}}")
+    return f"{prefix}:last", f"{prefix}:"
+
+
+def redis_counter(name: str, alias: str) -> Callable[[int, int, int], tuple[int, int]]:
+    """The one-round-trip counter of ``core.timestamp.RedisTimestampGenerator``."""
+    script = redisconn.script(_COUNT)
+    last_key, prefix = redis_keys(name, alias)
+
+    def count(second: int, n: int, limit: int) -> tuple[int, int]:
+        def run(c: Any) -> Any:
+            return script(keys=[last_key, f"{prefix}{second}"], args=[second, n, limit], client=c)
+
+        code, value = redisconn.call(alias, f"count sequence {name!r}", run)
+        return int(code), int(value)
+
+    return count
