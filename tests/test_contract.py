@@ -6,6 +6,7 @@ promises values increasing within a process. Every test counts every value it wa
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -21,7 +22,7 @@ from django_sequences import get_sequence, next_value, next_values
 from django_sequences.exceptions import InvalidCount
 from django_sequences.models import Sequence
 
-from . import workers
+from . import redisutil, workers
 from .conftest import assert_unique
 from .test_concurrency import db_env
 
@@ -35,6 +36,9 @@ class Case:
     """Values increase within a process (across threads of it too, per thread)."""
     setup: Callable[[str], None] = field(default=lambda name: None)
     teardown: Callable[[], None] = field(default=lambda: None)
+    redis_prefix: bool = False
+    """Give the sequence its own Redis key prefix (deleted afterwards)."""
+    uses_redis: bool = False
 
 
 def _create_ai_tables(name: str) -> None:
@@ -48,11 +52,33 @@ def _drop_ai_tables() -> None:
                 c.execute(f"DROP TABLE {connection.ops.quote_name(table)}")
 
 
+def _release_workers() -> None:
+    from django_sequences.sources import workers as worker_leases
+
+    worker_leases.shutdown()
+
+
 CASES: dict[str, Case] = {
     "segment": Case({"strategy": "segment", "step": 50}),
     "segment-cached-big": Case({"strategy": "segment", "step": 5000}),
     "strict": Case({"strategy": "strict"}),
     "strict-sharded": Case({"strategy": "strict", "options": {"shards": 4}}, increasing=False),
+    "redis": Case({"strategy": "redis"}, redis_prefix=True, uses_redis=True),
+    "redis-window-small": Case(
+        {"strategy": "redis", "options": {"window": 100}}, redis_prefix=True, uses_redis=True
+    ),
+    "redis_segment": Case(
+        {"strategy": "redis_segment", "step": 500, "options": {"chunk": 50}},
+        redis_prefix=True,
+        uses_redis=True,
+    ),
+    "snowflake": Case({"strategy": "snowflake"}, teardown=_release_workers),
+    "timestamp-local": Case(
+        {"strategy": "timestamp", "options": {"counter": "local"}}, teardown=_release_workers
+    ),
+    "timestamp-redis": Case(
+        {"strategy": "timestamp", "options": {"counter": "redis"}}, uses_redis=True
+    ),
     "autoincrement": Case(
         {"strategy": "autoincrement", "options": {"table_bits": 1}},
         increasing=False,
@@ -66,10 +92,18 @@ CASES: dict[str, Case] = {
 def seq(request: pytest.FixtureRequest) -> Iterator[tuple[str, Case]]:
     case = CASES[request.param]
     name = "contract"
-    Sequence.objects.define(name, **case.define)
-    case.setup(name)
-    yield name, case
-    case.teardown()
+    with contextlib.ExitStack() as stack:
+        define = dict(case.define)
+        if case.uses_redis:
+            prefix = stack.enter_context(redisutil.key_prefix(exclusive=False))
+            if case.redis_prefix:
+                define["options"] = {**define.get("options", {}), "key_prefix": prefix}
+        Sequence.objects.define(name, **define)
+        case.setup(name)
+        try:
+            yield name, case
+        finally:
+            case.teardown()
 
 
 def test_sequential_values(seq: tuple[str, Case]) -> None:
