@@ -63,8 +63,8 @@ class SequenceManager(models.Manager["Sequence"]):
         (outside the caller's transaction, and safe in a forked child)."""
         alias = resolve_alias(using)
         fields = ("strategy", "step", "min_value", "max_value", "cycle", "template", "options")
-        with _guard(alias), lease_connection(alias).use() as w:
-            found = _select(w, self.model.objects.filter(name=name).values_list(*fields))
+        qs = self.model.objects.filter(name=name).values_list(*fields)
+        found = _on_private(alias, name, lambda w: _select(w, qs))
         if not found:
             return None
         strategy, step, lo, hi, cycle, template, options = found[0]
@@ -120,25 +120,32 @@ class SequenceManager(models.Manager["Sequence"]):
             template=template,
             options=options or {},
         )
-        with _guard(alias), lease_connection(alias).use() as w:
+
+        def write(w: BaseDatabaseWrapper) -> bool:
+            """Insert the definition and its row in one transaction; False if it exists."""
+            seq.pk = None  # a retry after a lost connection starts over
             w.set_autocommit(False)
             try:
                 _insert(w, seq)
                 _insert(w, _row_for(seq, name))
                 w.commit()
+                return True
             except IntegrityError:
                 w.rollback()
-                if not exist_ok:
-                    raise InvalidDefinition(
-                        f"A sequence named {name!r} exists already; pass exist_ok=True to reuse "
-                        f"it, or pick another name."
-                    ) from None
-                return self.using(alias).get(name=name)
+                return False
             except BaseException:
                 w.rollback()
                 raise
             finally:
                 w.set_autocommit(True)
+
+        if not _on_private(alias, name, write):
+            if not exist_ok:
+                raise InvalidDefinition(
+                    f"A sequence named {name!r} exists already; pass exist_ok=True to reuse "
+                    f"it, or pick another name."
+                )
+            return self.using(alias).get(name=name)
         seq._state.adding = False
         seq._state.db = alias
         return seq
@@ -155,24 +162,6 @@ def _row_for(seq: Sequence, key: str) -> Segment:
         max_value=seq.max_value,
         step=seq.step,
     )
-
-
-class _guard:
-    """Turn database errors into :class:`BackendUnavailable` naming the alias."""
-
-    def __init__(self, alias: str) -> None:
-        self.alias = alias
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: Any) -> None:
-        if isinstance(ev, DatabaseError) and not isinstance(ev, IntegrityError):
-            lease_connection(self.alias).discard()
-            raise BackendUnavailable(
-                f"Database {self.alias!r} failed during a sequence operation: {ev}. "
-                f"Check that it is up and that `migrate` has run."
-            ) from ev
 
 
 class SegmentManager(models.Manager["Segment"]):
@@ -318,8 +307,8 @@ def _on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -
             conn.discard()
             if attempt == 2:
                 raise BackendUnavailable(
-                    f"Could not lease {key!r} from database {alias!r}: {exc}. Check that it "
-                    f"is up and that `migrate` has run."
+                    f"Database {alias!r} failed while working on {key!r}: {exc}. Check that "
+                    f"it is up and that `migrate` has run."
                 ) from exc
     raise AssertionError("unreachable")
 
