@@ -42,3 +42,37 @@ def assert_unique(values: list[int], expected: int) -> None:
     dupes = len(values) - len(set(values))
     assert dupes == 0, f"{dupes} values issued twice"
     assert len(values) == expected
+
+
+def issue_from_threads(
+    name: str, *, per_thread: int, chunk: int = 10, batch_every: int = 10, threads: int = 8
+) -> list[list[int]]:
+    """``threads`` threads each take ``per_thread`` values of ``name``, ``chunk`` at a time:
+    every ``batch_every``-th time one ``next_values(name, chunk)``, else ``chunk`` calls of
+    ``next_value``. Returns each thread's values in the order it got them; re-raises the first
+    error a thread met."""
+    import threading
+
+    from django_sequences import next_value, next_values
+
+    results: list[list[int]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+
+    def work(out: list[int]) -> None:
+        try:
+            for i in range(per_thread // chunk):
+                if i % batch_every == 0:
+                    out.extend(next_values(name, chunk))
+                else:
+                    out.extend(next_value(name) for _ in range(chunk))
+        except BaseException as exc:
+            errors.append(exc)
+
+    started = [threading.Thread(target=work, args=(r,)) for r in results]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import threading
 
 import pytest
 from django.db import connection
 
-from django_sequences import next_value, next_values
+from django_sequences import next_value
 from django_sequences.models import Segment, Sequence
 
 from . import workers
-from .conftest import assert_unique
+from .conftest import assert_unique, issue_from_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -28,25 +27,7 @@ def db_env() -> dict[str, str]:
 def test_eight_threads_fifty_thousand_values_each() -> None:
     Sequence.objects.define("order", step=1000)
     per_thread = 50_000
-    results: list[list[int]] = [[] for _ in range(8)]
-    errors: list[BaseException] = []
-
-    def work(out: list[int]) -> None:
-        try:
-            for i in range(per_thread // 10):
-                if i % 50 == 0:
-                    out.extend(next_values("order", 10))
-                else:
-                    out.extend(next_value("order") for _ in range(10))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(r,)) for r in results]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    results = issue_from_threads("order", per_thread=per_thread, batch_every=50)
     every = [v for r in results for v in r]
     assert_unique(every, 8 * per_thread)
     for r in results:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +22,7 @@ from django_sequences.exceptions import InvalidCount
 from django_sequences.models import Sequence
 
 from . import redisutil, workers
-from .conftest import assert_unique
+from .conftest import assert_unique, issue_from_threads
 from .test_concurrency import db_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -143,25 +142,7 @@ def test_status_names_the_strategy(seq: tuple[str, Case]) -> None:
 def test_threads(seq: tuple[str, Case]) -> None:
     name, case = seq
     per = 400
-    results: list[list[int]] = [[] for _ in range(8)]
-    errors: list[BaseException] = []
-
-    def work(out: list[int]) -> None:
-        try:
-            for i in range(per // 4):
-                if i % 10 == 0:
-                    out.extend(next_values(name, 4))
-                else:
-                    out.extend(next_value(name) for _ in range(4))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(r,)) for r in results]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    results = issue_from_threads(name, per_thread=per, chunk=4)
     assert_unique([v for r in results for v in r], 8 * per)
     if case.increasing:
         for r in results:

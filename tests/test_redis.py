@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any, cast
@@ -27,7 +26,7 @@ from django_sequences.models import Segment, Sequence
 from django_sequences.sources.redis import RedisCounterStore, RedisStrategy, read_row_value
 
 from . import redisutil, workers
-from .conftest import assert_unique, rows
+from .conftest import assert_unique, issue_from_threads, rows
 from .test_concurrency import db_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -356,25 +355,7 @@ def test_database_down_issues_up_to_the_hwm_then_fails(prefix: str) -> None:
 def test_eight_threads(prefix: str) -> None:
     define("r", prefix, step=200)
     per = 2000
-    results: list[list[int]] = [[] for _ in range(8)]
-    errors: list[BaseException] = []
-
-    def work(out: list[int]) -> None:
-        try:
-            for i in range(per // 10):
-                if i % 10 == 0:
-                    out.extend(next_values("r", 10))
-                else:
-                    out.extend(next_value("r") for _ in range(10))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(r,)) for r in results]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    results = issue_from_threads("r", per_thread=per)
     every = [v for r in results for v in r]
     assert_unique(every, 8 * per)
     for r in results:

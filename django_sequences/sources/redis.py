@@ -174,7 +174,7 @@ class RedisStore:
     def client(self) -> Redis:
         client = self._client
         if client is None:
-            from django_redis import get_redis_connection  # type: ignore[import-untyped]
+            from django_redis import get_redis_connection
 
             try:
                 client = get_redis_connection(self.alias)

@@ -49,7 +49,7 @@ def client(alias: str) -> Any:
             f"or the sequence's options['redis_alias'] to a django-redis cache."
         )
     try:
-        from django_redis import get_redis_connection  # type: ignore[import-untyped]
+        from django_redis import get_redis_connection
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ConfigurationError(
             "Redis-backed sequences need django-redis: pip install 'django-sequence-issuer[redis]'."
