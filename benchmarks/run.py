@@ -9,8 +9,9 @@ Every figure includes the cost of the Python loop around the call, as a caller's
 
 The last rows time every ``next_value`` call of a tight loop while ranges run out (about 100
 range changes): worst call, p99.99, calls over 1 ms, and how long each background lease took.
-They run three times: as configured, with a shorter GIL switch interval, and on an alias whose
-connections are kept open (``CONN_MAX_AGE=None``), to show what the stalls come from.
+They run twice: as configured, and with a shorter GIL switch interval, to show how much of
+what is left comes from the prefetcher thread waiting for the GIL. A control runs the same loop
+on a sequence whose range does not run out: what the machine alone does to the worst call.
 See docs/benchmarks.md.
 """
 
@@ -27,6 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from itertools import repeat
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django_sequences.core.segment import LeaseFn, SegmentGenerator
 
 #: Step of the sequences measured warm: one lease per this many values.
 WARM_STEP = 1_000_000
@@ -47,11 +52,9 @@ NAMES = {
     "batch_big": "bench.batch-big",
     "turnover": "bench.turnover",
     "turnover_si": "bench.turnover-si",
-    "turnover_kept": "bench.turnover-kept",
+    "control": "bench.control",
     "lease": "bench.lease",
 }
-#: The alias of benchmarks.settings with CONN_MAX_AGE=None (the same database as "default").
-KEPT = "persistent"
 #: sys.setswitchinterval() of the second latency run (the default is 0.005 s).
 SHORT_SWITCH = 0.0005
 PEER_NAME = "bench"  # django-sequences
@@ -352,44 +355,84 @@ class Latency:
     worst_ns: int
     p9999_ns: int | None  # None: below KEEP_NS
     over_1ms: int
+    over_1ms_in_lease: int  # calls over 1 ms that overlapped a lease in flight
     over_100us: int
     leases: int
     lease_ms: list[float]  # how long each lease took, on the prefetcher thread
     dry: int  # leases that landed after the current range had run out (a caller waited)
 
 
-def bench_turnover(
-    plan: Plan, key: str, switch_interval: float | None = None, using: str | None = None
-) -> Latency:
-    """Time every ``next_value`` call while ranges of ``plan.turnover_step`` run out."""
-    from django_sequences import next_value
-    from django_sequences.conf import app_settings
+class InstrumentationError(RuntimeError):
+    """The library no longer has the private hook the latency run times leases through."""
+
+
+def segment_generator(name: str) -> SegmentGenerator:
+    """The in-process generator of ``name``, checked to be a :class:`SegmentGenerator`."""
     from django_sequences.core.segment import SegmentGenerator
     from django_sequences.registry import get
 
-    name = NAMES[key]
-    next_value(name, using=using)  # the first lease is synchronous: kept out of the figures
-    gen = get(name, using)
+    gen = get(name, None)
     if not isinstance(gen, SegmentGenerator):
-        raise RuntimeError(f"{name!r} is not a segment sequence: {gen!r}")
-    lease = gen._lease
-    lease_ms: list[float] = []
+        raise InstrumentationError(
+            f"{name!r} is served by {type(gen).__module__}.{type(gen).__qualname__}, not "
+            f"django_sequences.core.segment.SegmentGenerator: the latency run cannot time its "
+            f"leases."
+        )
+    return gen
+
+
+def lease_hook(gen: SegmentGenerator) -> LeaseFn:
+    """``gen._lease``, the private ``lease(count) -> (first, last)`` the generator calls.
+
+    The latency run replaces it with a timing wrapper. This is private API, so fail loudly
+    rather than time nothing if it is gone or changed: it must be an instance attribute (set by
+    ``SegmentGenerator.__init__``) holding a callable. ``bench_turnover`` also checks afterwards
+    that the wrapper saw every lease the generator counted.
+    """
+    hook = vars(gen).get("_lease")
+    if not callable(hook):
+        raise InstrumentationError(
+            f"{type(gen).__qualname__} has no callable instance attribute `_lease` (got "
+            f"{hook!r}); django_sequences.core.segment changed: update bench_turnover() in "
+            f"benchmarks/run.py to time leases another way."
+        )
+    return hook
+
+
+def bench_turnover(plan: Plan, key: str, switch_interval: float | None = None) -> Latency:
+    """Time every ``next_value`` call while ranges of ``plan.turnover_step`` run out.
+
+    With ``key="control"`` (a step of ``BIG_STEP``) no range runs out and nothing is leased: the
+    same loop then shows what this machine alone does to the worst call.
+    """
+    from django_sequences import next_value
+    from django_sequences.conf import app_settings
+
+    name = NAMES[key]
+    next_value(name)  # the first lease is synchronous: kept out of the figures
+    gen = segment_generator(name)
+    lease = lease_hook(gen)
+    spans: list[tuple[int, int]] = []  # (start, end) of each lease, perf_counter_ns
     dry = 0
 
     def timed_lease(count: int | None) -> tuple[int, int]:
         nonlocal dry
-        t0 = time.perf_counter()
+        clock = time.perf_counter_ns  # not `pc`: that would make it a closure cell in the loop
+        t0 = clock()
         got = lease(count)
-        lease_ms.append((time.perf_counter() - t0) * 1e3)
-        if gen.status().remaining == 0:  # nothing left to hand out: the caller is waiting
+        spans.append((t0, clock()))
+        # The range just leased is not stored yet, so `remaining` is what is left of the
+        # current one: 0 means a caller has run it dry and is waiting for this lease.
+        if gen.status().remaining == 0:
             dry += 1
         return got
 
-    gen._lease = timed_lease  # instrumentation only: the lease itself is unchanged
     leases0 = gen.status().leases
+    gen._lease = timed_lease  # instrumentation only: the lease itself is unchanged
     n = plan.turnover_calls
     slow: list[int] = []
     keep = slow.append
+    long: list[tuple[int, int]] = []  # (start, duration) of the calls over 1 ms
     pc = time.perf_counter_ns
     nv = next_value
     old_si = sys.getswitchinterval()
@@ -397,68 +440,84 @@ def bench_turnover(
         sys.setswitchinterval(switch_interval)
     try:
         t_start = pc()
-        if using is None:
-            for _ in repeat(None, n):
-                t0 = pc()
-                nv(name)
-                d = pc() - t0
-                if d > KEEP_NS:
-                    keep(d)
-        else:
-            for _ in repeat(None, n):
-                t0 = pc()
-                nv(name, using=using)
-                d = pc() - t0
-                if d > KEEP_NS:
-                    keep(d)
+        for _ in repeat(None, n):
+            t0 = pc()
+            nv(name)
+            d = pc() - t0
+            if d > KEEP_NS:
+                keep(d)
+                if d > 1_000_000:
+                    long.append((t0, d))
         elapsed = (pc() - t_start) / 1e9
     finally:
         sys.setswitchinterval(old_si)
+        # let a prefetch still in flight finish through the wrapper, so that it is counted
+        deadline = time.monotonic() + 60
+        while gen.status().prefetching and time.monotonic() < deadline:
+            time.sleep(0.001)
         gen._lease = lease
     leases = gen.status().leases - leases0
+    if leases != len(spans):
+        raise InstrumentationError(
+            f"the generator counted {leases} leases but the `_lease` wrapper saw "
+            f"{len(spans)}: SegmentGenerator no longer leases through `_lease` (or a lease "
+            f"was still in flight after 60 s); update bench_turnover() in benchmarks/run.py."
+        )
     slow.sort(reverse=True)
     # p99.99: the value at rank ceil(0.9999 n) counting up, i.e. the k-th largest
     k = n - (n * 9999 + 9999) // 10000 + 1
     p9999 = slow[k - 1] if len(slow) >= k else None
     return Latency(
         calls=n,
-        step=plan.turnover_step,
+        step=BIG_STEP if key == "control" else plan.turnover_step,
         threshold=float(app_settings.PREFETCH_THRESHOLD),
         switch_interval=switch_interval if switch_interval is not None else old_si,
         rate=n / elapsed,
         worst_ns=slow[0] if slow else KEEP_NS,
         p9999_ns=p9999,
-        over_1ms=sum(1 for d in slow if d > 1_000_000),
+        over_1ms=len(long),
+        over_1ms_in_lease=sum(1 for t, d in long if any(a < t + d and t < b for a, b in spans)),
         over_100us=sum(1 for d in slow if d > 100_000),
         leases=leases,
-        lease_ms=lease_ms,
+        lease_ms=[(b - a) / 1e6 for a, b in spans],
         dry=dry,
     )
 
 
-def idle_lease_ms(times: int, using: str | None = None) -> list[float]:
-    """How long ``Segment.objects.lease`` takes with nothing else running, in ms, sorted."""
+def idle_lease_ms(times: int) -> list[float]:
+    """How long ``Segment.objects.lease`` takes with nothing else running, in ms, sorted.
+
+    The first lease opens the private lease connection and is not counted.
+    """
     from django_sequences.models import Segment
 
+    Segment.objects.lease(NAMES["lease"])
     out = []
     for _ in range(times):
         t0 = time.perf_counter()
-        Segment.objects.lease(NAMES["lease"], using=using)
+        Segment.objects.lease(NAMES["lease"])
         out.append((time.perf_counter() - t0) * 1e3)
     return sorted(out)
 
 
 def turnover_row(lat: Latency, what: str) -> Row:
     p = fmt_ns(lat.p9999_ns) if lat.p9999_ns is not None else f"< {fmt_ns(KEEP_NS)}"
-    ms = sorted(lat.lease_ms) or [0.0]
+    ms = sorted(lat.lease_ms)
+    if ms:
+        leases = (
+            f"{lat.leases} leases, median {ms[len(ms) // 2]:.1f} ms, longest {ms[-1]:.1f} ms; "
+            f"{lat.dry} of them landed after the range ran dry"
+        )
+    else:
+        leases = "no lease"
     return Row(
         what,
         lat.rate,
-        f"**worst call {fmt_ns(lat.worst_ns)}**, p99.99 {p}, {lat.over_1ms} calls > 1 ms, "
+        f"**worst call {fmt_ns(lat.worst_ns)}**, p99.99 {p}, {lat.over_1ms} calls > 1 ms "
+        f"({lat.over_1ms_in_lease} during a lease), "
         f"{lat.over_100us} > 100 µs; {lat.calls:,} calls, step {lat.step:,}, "
         f"PREFETCH_THRESHOLD {lat.threshold:g}, switch interval {lat.switch_interval * 1e3:g} ms; "
-        f"{lat.leases} leases, median {ms[len(ms) // 2]:.1f} ms, longest {ms[-1]:.1f} ms; "
-        f"{lat.dry} of them landed after the range ran dry; rate includes 2 `perf_counter_ns()`",
+        f"{leases}; rate includes 2 `perf_counter_ns()`",
     )
 
 
@@ -475,8 +534,8 @@ def setup_django(db: str, plan: Plan) -> None:
     from django_sequences.models import Sequence
 
     Sequence.objects.filter(name__in=NAMES.values()).delete()
-    steps = {"batch_big": BIG_STEP, "turnover": plan.turnover_step, "lease": 100}
-    steps["turnover_si"] = steps["turnover_kept"] = plan.turnover_step
+    steps = {"batch_big": BIG_STEP, "control": BIG_STEP, "lease": 100}
+    steps["turnover"] = steps["turnover_si"] = plan.turnover_step
     for key, name in NAMES.items():
         Sequence.objects.define(name, step=steps.get(key, WARM_STEP))
 
@@ -547,10 +606,9 @@ def main(argv: list[str] | None = None) -> int:
         attempt("`uuid6.uuid7()`", lambda: bench_uuid7(plan)),
     ]
     lats: list[tuple[str, Latency]] = []
-    runs: list[tuple[str, float | None, str | None, str, str]] = [
+    runs: list[tuple[str, float | None, str, str]] = [
         (
             "turnover",
-            None,
             None,
             "`next_value(name)`, ranges running out, each call timed",
             "default settings",
@@ -558,24 +616,24 @@ def main(argv: list[str] | None = None) -> int:
         (
             "turnover_si",
             SHORT_SWITCH,
-            None,
             f"same, `sys.setswitchinterval({SHORT_SWITCH:g})` (default 0.005)",
             f"switch interval {SHORT_SWITCH * 1e3:g} ms",
         ),
         (
-            "turnover_kept",
+            "control",
             None,
-            KEPT,
-            f"same, default switch interval, `using={KEPT!r}`: `CONN_MAX_AGE=None`",
-            "CONN_MAX_AGE=None",
+            f"control: same loop, step {BIG_STEP:,}, no range running out",
+            "control: no range change, no lease",
         ),
     ]
-    for key, si, using, what, short in runs:
+    for key, si, what, short in runs:
         try:
-            lat = bench_turnover(plan, key, si, using)
+            lat = bench_turnover(plan, key, si)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
-            rows.append(Row(what, None, f"failed: {type(exc).__name__}: {exc}"[:160]))
+            rows.append(
+                Row(what, None, f"failed: {type(exc).__name__}: {exc}".replace("|", "/")[:160])
+            )
         else:
             lats.append((short, lat))
             rows.append(turnover_row(lat, what))
@@ -585,22 +643,26 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- | ---: | ---: | --- |")
     for r in rows:
         print(f"| {r.what} | {fmt_rate(r.rate)} | {fmt_rel(r.rate, ref)} | {r.notes} |")
-    for using, how in [(None, "CONN_MAX_AGE=0"), (KEPT, "CONN_MAX_AGE=None")]:
-        try:
-            idle = idle_lease_ms(20, using)
-            print(
-                f"\nOne lease (`Segment.objects.lease`) with no other thread running, {how}: "
-                f"median {idle[len(idle) // 2]:.2f} ms, longest {idle[-1]:.2f} ms (20 leases)."
-            )
-        except Exception:
-            traceback.print_exc(file=sys.stderr)
+    try:
+        idle = idle_lease_ms(20)
+        print(
+            f"\nOne lease (`Segment.objects.lease`), no other thread running: "
+            f"median {idle[len(idle) // 2]:.2f} ms, longest {idle[-1]:.2f} ms (20 leases)."
+        )
+    except Exception:
+        traceback.print_exc(file=sys.stderr)
     for what, lat in lats:
+        late = f"; leases that landed after the range ran dry: {lat.dry}" if lat.leases else ""
         print(
             f"\nWorst single-call latency of `next_value` over {lat.calls:,} calls and "
             f"{lat.leases} range changes ({what}): **{fmt_ns(lat.worst_ns)}**; calls over 1 ms: "
-            f"{lat.over_1ms}."
+            f"{lat.over_1ms} ({lat.over_1ms_in_lease} while a lease was in flight){late}."
         )
     print(f"\n({db}: {time.perf_counter() - t_all:.0f} s)", flush=True)
+    failed = [r.what for r in rows if r.rate is None]
+    if failed:
+        print(f"{db}: {len(failed)} row(s) failed, tracebacks on stderr", file=sys.stderr)
+        return 1
     return 0
 
 
