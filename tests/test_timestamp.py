@@ -224,6 +224,31 @@ def test_never_lower_than_the_last_value_after_the_clock_went_back(name: str) ->
     assert build(name, almost).next() == v2 + 1
 
 
+class TickingClock(FakeClock):
+    """Time passes between readings (as it does across a Redis round trip under load)."""
+
+    def __init__(self, wall: float, per_read: float) -> None:
+        super().__init__(wall=wall)
+        self.per_read = per_read
+
+    def wall(self) -> float:
+        t = self.t
+        self.t += self.per_read
+        return t
+
+
+@db
+def test_a_stale_reading_behind_another_process_is_not_a_clock_rollback(name: str) -> None:
+    """Regression: a process read 05:06:07.9925, and before its script ran another process
+    moved the sequence to 05:06:08. Judged against the stale reading, that looked like a clock
+    7.5 ms behind (over the 5 ms tolerance) and raised ClockMovedBackwards in a contract run."""
+    Sequence.objects.define(name, strategy="timestamp", options={"clock_tolerance_ms": 5})
+    other = build(name, clock_at(AT))
+    first = other.next()  # nothing known of 05:06:07: it moves on to 05:06:08
+    mine = build(name, TickingClock(wall=AT.timestamp() + 0.9925, per_read=0.0075))
+    assert mine.next() == first + 1
+
+
 @db
 def test_redis_keys_the_counter_expires_the_last_second_stays(name: str) -> None:
     Sequence.objects.define(name, strategy="timestamp")

@@ -283,7 +283,12 @@ class RedisTimestampGenerator:
             if code == BURNED:  # nothing known of this second (new key, or lost): the next one
                 self._sleep(max(0.0, second + 1 - now) + 1e-6)
                 continue
-            behind = n - now  # until the last second used starts on this clock
+            # Judge against a fresh reading: ``now`` was read before the round trip, and another
+            # process (or thread) may have moved to the next second meanwhile - a stale reading,
+            # not a clock that went back.
+            behind = n - self._wall()  # until the last second used starts on this clock
+            if behind <= 0:
+                continue
             waited_back += behind
             if behind * 1000 > self._tolerance_ms or waited_back * 1000 > 2 * max(
                 self._tolerance_ms, 1.0
