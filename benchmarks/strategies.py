@@ -1,0 +1,227 @@
+"""Values per second of each strategy next to the alternative a Django user would pick, on one
+database, with the targets of the strategies issue printed beside them.
+
+Usage: ``python -m benchmarks.strategies --db sqlite|postgresql|mysql [--quick]`` after
+``migrate`` with ``--settings=benchmarks.settings`` (``scripts/bench`` runs it after
+``benchmarks.run`` for every database). One thread; every figure includes the Python loop
+around the call. Calls that reach a server run for fixed windows, best of 3; in-memory calls run
+a fixed count, best of 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+WINDOW_S = 1.0
+NAMES = (
+    "bench.strict",
+    "bench.strict-batch",
+    "bench.redis",
+    "bench.redis-seg",
+    "bench.snowflake",
+    "bench.ts-local",
+    "bench.ts-redis",
+    "bench.ai",
+)
+
+
+@dataclass
+class Row:
+    what: str
+    rate: float
+    notes: str = ""
+
+
+def per_second(call: Callable[[], Any], seconds: float, times: int = 3) -> float:
+    best = 0.0
+    pc = time.perf_counter
+    for _ in range(times):
+        n, t0 = 0, pc()
+        end = t0 + seconds
+        t = t0
+        while t < end:
+            call()
+            n += 1
+            t = pc()
+        best = max(best, n / (t - t0))
+    return best
+
+
+def per_count(call: Callable[[], Any], calls: int, times: int = 3) -> float:
+    best = 0.0
+    for _ in range(times):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        best = max(best, calls / (time.perf_counter() - t0))
+    return best
+
+
+def verdict(ratio: float, target: float) -> str:
+    return f"{ratio:.2f}x (target >= {target:g}x: {'met' if ratio >= target else 'MISSED'})"
+
+
+def define_all() -> None:
+    from django_sequences.models import Sequence
+
+    Sequence.objects.filter(name__in=NAMES).delete()
+    Sequence.objects.define("bench.strict", strategy="strict")
+    Sequence.objects.define("bench.strict-batch", strategy="strict")
+    Sequence.objects.define(
+        "bench.redis", strategy="redis", options={"key_prefix": f"bench:{os.getpid()}:"}
+    )
+    Sequence.objects.define(
+        "bench.redis-seg",
+        strategy="redis_segment",
+        step=10_000_000,
+        options={"chunk": 1_000_000, "key_prefix": f"bench:{os.getpid()}:"},
+    )
+    Sequence.objects.define("bench.snowflake", strategy="snowflake")
+    Sequence.objects.define("bench.ts-local", strategy="timestamp", options={"counter": "local"})
+    Sequence.objects.define("bench.ts-redis", strategy="timestamp", options={"counter": "redis"})
+    Sequence.objects.define("bench.ai", strategy="autoincrement", options={"table_bits": 1})
+    from django_sequences.models import Sequence as S
+    from django_sequences.sources.autoincrement import create_tables
+
+    create_tables(S.objects.get(name="bench.ai").spec(), "default")
+
+
+def run(quick: bool) -> list[Row]:
+    from django_redis import get_redis_connection
+    from sequences import get_next_value
+    from snowflake import SnowflakeGenerator
+
+    from django_sequences import get_sequence, next_value, next_values
+
+    secs = WINDOW_S / 4 if quick else WINDOW_S
+    mem_calls = 200_000 if quick else 2_000_000
+    rows: list[Row] = []
+
+    strict = per_second(lambda: next_value("bench.strict"), secs)
+    peer = per_second(lambda: get_next_value("bench.peer"), secs)
+    rows.append(
+        Row("`strict` next_value", strict, "one UPDATE … RETURNING / LAST_INSERT_ID a call")
+    )
+    rows.append(
+        Row(
+            "django-sequences get_next_value",
+            peer,
+            "the peer on the same database; strict vs peer: "
+            + verdict(strict / peer, 1.5 if _vendor() == "mysql" else 1.0),
+        )
+    )
+    batch = per_second(lambda: next_values("bench.strict-batch", 100), secs) * 100
+    rows.append(
+        Row(
+            "`strict` next_values(name, 100), per value",
+            batch,
+            "batch vs single call, per value: " + verdict(batch / strict, 50),
+        )
+    )
+
+    r = get_redis_connection("sequences")
+    raw_key = f"bench:{os.getpid()}:raw"
+    raw = per_second(lambda: r.incr(raw_key), secs)
+    ours = per_second(lambda: next_value("bench.redis"), secs)
+    redis_handle = get_sequence("bench.redis")
+    ours_h = per_second(redis_handle.next, secs)
+    rows.append(Row("redis-py INCR (same django-redis client)", raw, "a round trip a value"))
+    rows.append(
+        Row(
+            "`redis` get_sequence(name).next()",
+            ours_h,
+            "one EVALSHA a call under the committed hwm; vs INCR: " + verdict(ours_h / raw, 0.9),
+        )
+    )
+    rows.append(Row("`redis` next_value(name)", ours, f"{ours / raw:.2f}x INCR"))
+    next_value("bench.redis-seg")
+    seg = per_count(lambda: next_value("bench.redis-seg"), mem_calls)
+    rows.append(
+        Row(
+            "`redis_segment` next_value, cached",
+            seg,
+            f"chunks of 1,000,000 from Redis; target >= 1,000,000/s: "
+            f"{'met' if seg >= 1_000_000 else 'MISSED'}",
+        )
+    )
+
+    gen = SnowflakeGenerator(1)
+
+    def peer_snowflake() -> None:
+        while next(gen) is None:  # 4096 ids a ms at most: wait as our generator does
+            pass
+
+    sf_peer = per_count(peer_snowflake, mem_calls)
+    next_value("bench.snowflake")
+    sf = per_count(lambda: next_value("bench.snowflake"), mem_calls)
+    sf_handle = get_sequence("bench.snowflake")
+    sf_h = per_count(sf_handle.next, mem_calls)
+    rows.append(Row("snowflake-id next()", sf_peer, "no lease, no clock guard, no name lookup"))
+    rows.append(
+        Row(
+            "`snowflake` get_sequence(name).next()",
+            sf_h,
+            "leased worker id, clock guarded; vs snowflake-id: " + verdict(sf_h / sf_peer, 1.0),
+        )
+    )
+    rows.append(
+        Row(
+            "`snowflake` next_value(name)",
+            sf,
+            f"{sf / sf_peer:.2f}x snowflake-id: the same plus a lookup by name",
+        )
+    )
+    next_value("bench.ts-local")
+    ts_local = per_count(lambda: next_value("bench.ts-local"), min(mem_calls, 90_000), 1)
+    rows.append(
+        Row(
+            "`timestamp` next_value, local counter",
+            ts_local,
+            "in memory; at most 99,999 a second (5 digits): calls wait for the next second",
+        )
+    )
+    next_value("bench.ts-redis")
+    ts_redis = per_second(lambda: next_value("bench.ts-redis"), secs)
+    rows.append(Row("`timestamp` next_value, Redis counter", ts_redis, "one script a call"))
+    ai = per_second(lambda: next_value("bench.ai"), secs)
+    rows.append(Row("`autoincrement` next_value", ai, "one INSERT a call, 2 tables round robin"))
+    r.delete(raw_key)
+    return rows
+
+
+def _vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.strategies", description=__doc__)
+    ap.add_argument("--db", required=True, choices=["sqlite", "postgresql", "mysql"])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    os.environ["DB"] = args.db
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+    import django
+
+    django.setup()
+    define_all()
+    rows = run(args.quick)
+    print(f"\n### Strategies on {args.db}\n")
+    print("| what | values/s | notes |")
+    print("| --- | ---: | --- |")
+    for row in rows:
+        print(f"| {row.what} | {row.rate:,.0f} | {row.notes} |")
+    from django_sequences.sources import workers
+
+    workers.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
