@@ -172,7 +172,7 @@ def run_with_children(
     from django_sequences import next_value
 
     from . import workers
-    from .test_concurrency import db_env
+    from .workers import db_env
 
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()

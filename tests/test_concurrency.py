@@ -16,12 +16,9 @@ from django_sequences.models import Segment, Sequence
 
 from . import workers
 from .conftest import assert_unique, issue_from_threads
+from .workers import db_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def db_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k in ("DB", "DJANGO_SEQUENCES_TEST_SUFFIX")}
 
 
 def test_eight_threads_fifty_thousand_values_each() -> None:
@@ -37,18 +34,8 @@ def test_eight_threads_fifty_thousand_values_each() -> None:
 
 def test_four_spawned_processes() -> None:
     Sequence.objects.define("order", step=500)
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
     n = 20_000
-    procs = [
-        ctx.Process(
-            target=workers.spawned_issue,
-            args=(db_env(), connection.settings_dict["NAME"], "order", n, out),
-        )
-        for _ in range(4)
-    ]
-    for p in procs:
-        p.start()
+    out, procs = workers.start_spawned("order", n, processes=4)
     results = workers.collect(out, procs)
     mine = [next_value("order") for _ in range(n)]
     every = mine + [v for r in results for v in r]

@@ -23,7 +23,6 @@ from django_sequences.models import Sequence
 
 from . import redisutil, workers
 from .conftest import assert_unique, issue_from_threads
-from .test_concurrency import db_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -151,18 +150,8 @@ def test_threads(seq: tuple[str, Case]) -> None:
 
 def test_spawned_processes(seq: tuple[str, Case]) -> None:
     name, _ = seq
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
     per = 500
-    procs = [
-        ctx.Process(
-            target=workers.spawned_issue,
-            args=(db_env(), connection.settings_dict["NAME"], name, per, out),
-        )
-        for _ in range(4)
-    ]
-    for p in procs:
-        p.start()
+    out, procs = workers.start_spawned(name, per, processes=4)
     mine = [next_value(name) for _ in range(per)]
     results = workers.collect(out, procs)
     assert_unique(mine + [v for r in results for v in r], 5 * per)

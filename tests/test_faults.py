@@ -17,7 +17,7 @@ from django_sequences import next_value
 from django_sequences.models import Sequence
 
 from . import workers
-from .test_concurrency import db_env
+from .workers import db_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
-from django.db import connection
 
 from django_sequences import explain, get_sequence, next_value, next_values, registry
 from django_sequences.core.hwm import HwmGenerator, period_stamp
@@ -27,7 +26,6 @@ from django_sequences.sources.redis import RedisCounterStore, RedisStrategy, rea
 
 from . import redisutil, workers
 from .conftest import assert_unique, issue_from_threads, rows
-from .test_concurrency import db_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -366,18 +364,8 @@ def test_eight_threads(prefix: str) -> None:
 @pytest.mark.slow
 def test_four_spawned_processes(prefix: str) -> None:
     define("r", prefix, step=100)
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
     n = 2000
-    procs = [
-        ctx.Process(
-            target=workers.spawned_issue,
-            args=(db_env(), connection.settings_dict["NAME"], "r", n, out),
-        )
-        for _ in range(4)
-    ]
-    for p in procs:
-        p.start()
+    out, procs = workers.start_spawned("r", n, processes=4)
     mine = [next_value("r") for _ in range(n)]
     results = workers.collect(out, procs)
     every = mine + [v for r in results for v in r]

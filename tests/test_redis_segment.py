@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from django_sequences import get_sequence, next_value, next_values, registry
 from django_sequences.core.chunks import (
@@ -38,7 +37,6 @@ from django_sequences.sources.redis import RedisWindowStore
 
 from . import redisutil, workers
 from .conftest import assert_unique, issue_from_threads, rows
-from .test_concurrency import db_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -262,18 +260,8 @@ def test_eight_threads(prefix: str) -> None:
 @pytest.mark.slow
 def test_four_spawned_processes(prefix: str) -> None:
     define("s", prefix, step=200, options={"chunk": 20})
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
     n = 5000
-    procs = [
-        ctx.Process(
-            target=workers.spawned_issue,
-            args=(db_env(), connection.settings_dict["NAME"], "s", n, out),
-        )
-        for _ in range(4)
-    ]
-    for p in procs:
-        p.start()
+    out, procs = workers.start_spawned("s", n, processes=4)
     mine = [next_value("s") for _ in range(n)]
     results = workers.collect(out, procs)
     every = mine + [v for r in results for v in r]

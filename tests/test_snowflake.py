@@ -34,7 +34,7 @@ from django_sequences.sources.snowflake import SnowflakeStrategy
 from . import workers
 from .conftest import assert_unique
 from .leasetools import MS, FakeClock, build, check_worker_spans
-from .test_concurrency import db_env
+from .workers import db_env
 
 db = pytest.mark.django_db(transaction=True)
 

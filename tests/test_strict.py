@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 import django_sequences
 from django_sequences import get_sequence, next_value, next_values
@@ -15,7 +14,6 @@ from django_sequences.models import Segment, Sequence
 
 from . import workers
 from .conftest import rows
-from .test_concurrency import db_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,18 +57,8 @@ def test_step_of_the_definition_does_not_matter() -> None:
 def test_processes_and_threads_get_exactly_one_to_n() -> None:
     """Nothing cached, nothing lost: the union of every value is 1..N with no hole."""
     Sequence.objects.define("inv", strategy="strict")
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
     per = 300
-    procs = [
-        ctx.Process(
-            target=workers.spawned_issue,
-            args=(db_env(), connection.settings_dict["NAME"], "inv", per, out),
-        )
-        for _ in range(3)
-    ]
-    for p in procs:
-        p.start()
+    out, procs = workers.start_spawned("inv", per, processes=3)
     mine: list[list[int]] = [[], []]
 
     def work(out_list: list[int]) -> None:

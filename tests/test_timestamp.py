@@ -27,7 +27,7 @@ from django_sequences.sources.timestamp import TimestampStrategy, redis_keys
 from . import workers
 from .conftest import assert_unique
 from .leasetools import FakeClock, build, check_worker_spans, unique_name
-from .test_concurrency import db_env
+from .workers import db_env
 
 db = pytest.mark.django_db(transaction=True)
 AT = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)

@@ -26,7 +26,7 @@ from django_sequences.sources.connections import lease_connection
 from . import workers
 from .conftest import assert_unique
 from .leasetools import FakeClock, build, check_worker_spans, short_leases, unique_name
-from .test_concurrency import db_env
+from .workers import db_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

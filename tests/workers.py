@@ -6,6 +6,32 @@ import os
 from typing import Any
 
 
+def db_env() -> dict[str, str]:
+    """The environment a spawned child needs to reach this run's test database."""
+    return {k: v for k, v in os.environ.items() if k in ("DB", "DJANGO_SEQUENCES_TEST_SUFFIX")}
+
+
+def start_spawned(name: str, count: int, *, processes: int = 4) -> tuple[Any, list[Any]]:
+    """Start ``processes`` spawned children, each issuing ``count`` values of ``name``; their
+    values come back through :func:`collect` ``(out, procs)``."""
+    import multiprocessing
+
+    from django.db import connection
+
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=spawned_issue,
+            args=(db_env(), connection.settings_dict["NAME"], name, count, out),
+        )
+        for _ in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    return out, procs
+
+
 def setup_django(db_env: dict[str, str], db_name: str) -> None:
     """In a spawned child: set Django up against the parent's test database."""
     os.environ.update(db_env)
