@@ -211,28 +211,27 @@ def spawned_pausable(
 
 
 def spawned_stream_retrying(
-    db_env: dict[str, str], db_name: str, name: str, count: int, fd_path: str, stop_after: float
+    db_env: dict[str, str], db_name: str, name: str, stop_file: str, fd_path: str, limit: float
 ) -> None:
-    """Like :func:`spawned_stream`, but a caller that sees ``BackendUnavailable`` (its database
-    is down) waits a little and tries again, as a service would; gives up after ``stop_after``
-    seconds."""
+    """Like :func:`spawned_stream`, until ``stop_file`` exists (or ``limit`` seconds pass). A
+    caller that sees ``BackendUnavailable`` (its database is down) waits a little and tries
+    again, as a service would, and writes ``-`` for each such wait."""
     import time
 
     setup_django(db_env, db_name)
     from django_sequences import next_value
     from django_sequences.exceptions import BackendUnavailable
 
-    deadline = time.monotonic() + stop_after
+    deadline = time.monotonic() + limit
     fd = os.open(fd_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        done = 0
-        while done < count and time.monotonic() < deadline:
+        while not os.path.exists(stop_file) and time.monotonic() < deadline:
             try:
                 v = next_value(name)
             except BackendUnavailable:
+                os.write(fd, b"-\n")
                 time.sleep(0.05)
                 continue
             os.write(fd, b"%d\n" % v)
-            done += 1
     finally:
         os.close(fd)
