@@ -30,6 +30,25 @@ def vendor(db: None) -> str:
     return connection.vendor
 
 
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A unique key prefix; other test runs may use Redis meanwhile."""
+    from . import redisutil
+
+    with redisutil.key_prefix(exclusive=False) as p:
+        yield p
+
+
+@pytest.fixture
+def xprefix() -> Iterator[str]:
+    """A unique key prefix, for a test that flushes, stops or restarts Redis: no other test run
+    uses Redis meanwhile (see tests/redisutil.py)."""
+    from . import redisutil
+
+    with redisutil.key_prefix(exclusive=True) as p:
+        yield p
+
+
 def rows(key: str) -> tuple[int, int] | None:
     """(value, version) of counter row ``key``, read fresh."""
     from django_sequences.models import Segment

@@ -12,7 +12,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
@@ -30,21 +29,6 @@ from .conftest import assert_unique, issue_from_threads, rows
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ALIAS = "sequences"
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    """A unique key prefix; other test runs may use Redis meanwhile."""
-    with redisutil.key_prefix(exclusive=False) as p:
-        yield p
-
-
-@pytest.fixture
-def xprefix() -> Iterator[str]:
-    """A unique key prefix, for a test that flushes, stops or restarts Redis: no other test run
-    uses Redis meanwhile (see tests/redisutil.py)."""
-    with redisutil.key_prefix(exclusive=True) as p:
-        yield p
 
 
 def define(name: str, prefix: str, **kwargs: Any) -> None:

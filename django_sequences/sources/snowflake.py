@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.base import SequenceSpec
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.snowflake import DEFAULT_EPOCH, Layout, SnowflakeGenerator
 from ..exceptions import InvalidDefinition
 from ..strategies import Strategy
+
+_G = TypeVar("_G")
 
 #: Options every strategy with a worker-id lease takes: option -> (types, default).
 LEASE_OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -75,25 +77,50 @@ class SnowflakeStrategy(Strategy):
         heartbeat: bool = True,
     ) -> SnowflakeGenerator:
         """``clock``, ``sleep`` and ``heartbeat=False`` are for tests."""
-        from ..conf import app_settings
-        from .workers import default_heartbeat, slot_for
-
-        layout = self.layout(spec)
-        slot = slot_for(
-            spec.name,
-            layout.max_worker,
-            store=self.option(spec, "worker_store"),
-            alias=alias,
-            redis_alias=self.option(spec, "redis_alias"),
-            clock=clock,
-        )
-        return SnowflakeGenerator(
-            spec.name,
-            layout,
-            slot,
-            tolerance_ms=self.option(spec, "clock_tolerance_ms"),
+        return build_leased(
+            self,
+            spec,
+            alias,
+            self.layout(spec),
+            SnowflakeGenerator,
             clock=clock,
             sleep=sleep,
-            heartbeat=default_heartbeat() if heartbeat else None,
-            heartbeat_interval=app_settings.WORKER_HEARTBEAT,
+            heartbeat=heartbeat,
         )
+
+
+def build_leased(
+    strategy: Strategy,
+    spec: SequenceSpec,
+    alias: str,
+    layout: Any,
+    generator: Callable[..., _G],
+    *,
+    clock: Clock,
+    sleep: Callable[[float], None],
+    heartbeat: bool,
+) -> _G:
+    """A ``generator`` holding a worker-id lease for ``spec`` (snowflake, and timestamp with a
+    local counter): the slot from the store the options name, the clock tolerance, and the
+    process's heartbeat."""
+    from ..conf import app_settings
+    from .workers import default_heartbeat, slot_for
+
+    slot = slot_for(
+        spec.name,
+        layout.max_worker,
+        store=strategy.option(spec, "worker_store"),
+        alias=alias,
+        redis_alias=strategy.option(spec, "redis_alias"),
+        clock=clock,
+    )
+    return generator(
+        spec.name,
+        layout,
+        slot,
+        tolerance_ms=strategy.option(spec, "clock_tolerance_ms"),
+        clock=clock,
+        sleep=sleep,
+        heartbeat=default_heartbeat() if heartbeat else None,
+        heartbeat_interval=app_settings.WORKER_HEARTBEAT,
+    )

@@ -19,7 +19,7 @@ from ..core.timestamp import (
 from ..exceptions import InvalidDefinition
 from ..strategies import Strategy
 from . import redisconn
-from .snowflake import LEASE_OPTIONS, check_lease_options
+from .snowflake import LEASE_OPTIONS, build_leased, check_lease_options
 
 COUNTERS = ("redis", "local")
 
@@ -93,31 +93,20 @@ class TimestampStrategy(Strategy):
         heartbeat: bool = True,
     ) -> IdGenerator:
         """``clock``, ``sleep`` and ``heartbeat=False`` are for tests."""
-        from ..conf import app_settings
-        from .workers import default_heartbeat, slot_for
-
         layout = self.layout(spec)
-        tolerance = self.option(spec, "clock_tolerance_ms")
-        redis_alias = self.option(spec, "redis_alias")
         if layout.worker_digits:
-            slot = slot_for(
-                spec.name,
-                layout.max_worker,
-                store=self.option(spec, "worker_store"),
-                alias=alias,
-                redis_alias=redis_alias,
-                clock=clock,
-            )
-            return LocalTimestampGenerator(
-                spec.name,
+            return build_leased(
+                self,
+                spec,
+                alias,
                 layout,
-                slot,
-                tolerance_ms=tolerance,
+                LocalTimestampGenerator,
                 clock=clock,
                 sleep=sleep,
-                heartbeat=default_heartbeat() if heartbeat else None,
-                heartbeat_interval=app_settings.WORKER_HEARTBEAT,
+                heartbeat=heartbeat,
             )
+        tolerance = self.option(spec, "clock_tolerance_ms")
+        redis_alias = self.option(spec, "redis_alias")
         return RedisTimestampGenerator(
             spec.name,
             layout,
