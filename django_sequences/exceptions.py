@@ -94,6 +94,25 @@ class InvalidDefinition(SequenceError, ValueError):
     """A sequence definition whose step, bounds or strategy cannot work."""
 
 
+class TemplateError(InvalidDefinition):
+    """A number template that cannot work: bad syntax, an unknown part, an impossible width, a
+    check digit placed before its input. Raised when the template is compiled (at definition
+    time), never while issuing. ``position`` is the 0-based index in the template text where
+    the problem starts, or None."""
+
+    def __init__(self, message: str, *, template: str = "", position: int | None = None) -> None:
+        self.template = template
+        self.position = position
+        where = ""
+        if template and position is not None:
+            where = f"\n  {template}\n  {' ' * position}^"
+        super().__init__(message + where)
+
+
+class InvalidNumber(SequenceError, ValueError):
+    """A business number that does not match its template or whose check digit is wrong."""
+
+
 class ConfigurationError(SequenceError):
     """``DJANGO_SEQUENCES`` holds a value that cannot work (the system checks say the same)."""
 
@@ -106,10 +125,12 @@ __all__ = [
     "InvalidDefinition",
     "InvalidKey",
     "InvalidName",
+    "InvalidNumber",
     "LeaseContention",
     "RateLimited",
     "SequenceError",
     "SequenceExhausted",
     "SequenceNotFound",
+    "TemplateError",
     "WorkerLeaseLost",
 ]
