@@ -21,7 +21,13 @@ from django_sequences.core.hwm import HwmGenerator, period_stamp
 from django_sequences.core.prefetch import Prefetcher
 from django_sequences.exceptions import BackendUnavailable, InvalidDefinition, SequenceExhausted
 from django_sequences.models import Segment, Sequence
-from django_sequences.sources.redis import RedisCounterStore, RedisStrategy, read_row_value
+from django_sequences.sources.redis import (
+    OFFSET,
+    RedisCounterStore,
+    RedisStrategy,
+    decode_counter,
+    read_row_value,
+)
 
 from . import redisutil, workers
 from .conftest import assert_unique, issue_from_threads, rows
@@ -43,10 +49,8 @@ def row_value(key: str) -> int:
 
 
 def counter(key: str) -> int | None:
-    """The counter in Redis; None when it is missing or holds an installer's claim."""
-    raw = redisutil.admin().get(key)
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    return None if text is None or text.startswith("p") else int(text)
+    """The counter in Redis; None when it is missing, lost or holds an installer's claim."""
+    return decode_counter(redisutil.admin().get(key))
 
 
 def settle(name: str) -> None:
@@ -109,6 +113,44 @@ def test_values_beyond_two_to_the_53_are_exact(prefix: str) -> None:
         next_value("r")
 
 
+def test_exhaustion_at_the_largest_bigint_ends_cleanly(prefix: str) -> None:
+    """At max_value 2**63 - 1 the stored counter reaches 0; one more INCRBY makes it positive,
+    which reads like a lost key. The generator must raise SequenceExhausted (once it knows
+    the row is exhausted) instead of reinstalling the key forever."""
+    top = 2**63 - 1
+    define("r", prefix, step=2, min_value=top - 4)
+    assert [next_value("r") for _ in range(5)] == list(range(top - 4, top + 1))
+    for _ in range(3):
+        with pytest.raises(SequenceExhausted):
+            next_value("r")
+    with pytest.raises(SequenceExhausted):
+        next_values("r", 2)
+    registry.reset()  # a new process
+    with pytest.raises(SequenceExhausted):
+        next_value("r")
+
+
+def test_a_lost_key_made_by_a_plain_incrby_is_reinstalled_above_the_row(prefix: str) -> None:
+    """A key deleted under a live process: its next INCRBY makes a positive number, which must
+    be taken for a lost key, never issued as value 1."""
+    define("r", prefix, step=10)
+    assert [next_value("r") for _ in range(3)] == [1, 2, 3]
+    redisutil.admin().delete(f"{prefix}r")
+    v = next_value("r")
+    assert v > 10  # above the row's committed hwm
+    assert counter(f"{prefix}r") == v
+
+
+def test_another_programs_value_in_the_key_is_refused(prefix: str) -> None:
+    define("r", prefix, step=10)
+    redisutil.admin().set(f"{prefix}r", "not a counter")
+    with pytest.raises(BackendUnavailable, match="key_prefix"):
+        next_value("r")
+    with pytest.raises(BackendUnavailable, match="key_prefix"):
+        next_values("r", 3)
+    assert redisutil.admin().get(f"{prefix}r") == b"not a counter"
+
+
 def test_window_option_sets_the_lease_size(prefix: str) -> None:
     define("r", prefix, step=1000, options={"window": 7})
     assert next_value("r") == 1
@@ -119,7 +161,7 @@ def test_counter_ahead_of_the_database_is_used_from_there(prefix: str) -> None:
     """A counter above the row (a database restored from a backup) is safe: values above the
     row's hwm are only issued once the row was raised past them."""
     define("r", prefix, step=10)
-    redisutil.admin().set(f"{prefix}r", 500)
+    redisutil.admin().set(f"{prefix}r", 500 - OFFSET)
     v = next_value("r")
     assert v > 500
     assert row_value("r") >= v
@@ -141,7 +183,8 @@ def test_scripts_are_reloaded_after_script_flush(xprefix: str) -> None:
     assert next_value("r") == 1
     loads = get_sequence("r").status().details["script_loads"]
     redisutil.admin().script_flush()
-    assert next_value("r") == 2
+    assert next_value("r") == 2  # a plain INCRBY: no script
+    assert next_values("r", 2) == range(3, 5)  # a batch runs the increment script
     assert get_sequence("r").status().details["script_loads"] == loads + 1
 
 

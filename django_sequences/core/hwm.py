@@ -2,16 +2,23 @@
 (Redis in production, see ``sources/redis.py``) and the database lease come in as objects.
 
 Values come from one shared counter, advanced atomically (``INCRBY``): one round trip a value,
-and a batch of n is one ``INCRBY n`` returned as a range. The counter lives in a store that may
-lose it (Redis without persistence: a restart, ``FLUSHALL``, eviction, expiry). What makes that
-loss harmless is a **high-water mark (hwm)** kept in the database *ahead of use*: the sequence's
-counter row ``R`` (its ``value`` column), raised only by leases of windows
-(``Segment.objects.lease(key, window)``), each committed before it returns. Without ``cycle``
+and a batch of n is one ``INCRBY n`` returned as a range. (The Redis store runs a single value
+as a plain ``INCRBY 1`` and a batch inside a script that refuses to pass ``max_value``; its
+encoding makes a lost key show itself in the plain reply, see ``sources/redis.py``.) The
+counter lives in a store that may lose it (Redis without persistence: a restart,
+``FLUSHALL``, eviction, expiry). What makes that loss harmless is a **high-water mark (hwm)**
+kept in the database *ahead of use*: the sequence's counter row ``R`` (its ``value`` column),
+raised only by leases of windows (``Segment.objects.lease(key, window)``), each committed
+before it returns. Without ``cycle``
 (refused for this strategy) ``R`` never goes down.
 
 Words used below. An **epoch** is the life of one instance of the store's key: it begins with
 the ``install`` that creates the counter and ends when the key is lost. ``h`` is a value of
 ``R`` this process knows to be committed (from its own lease, or read from the row).
+
+A key is *lost* when it is missing, or when it holds what an ``INCRBY`` on a missing key made
+(the store tells that from a live counter); an increment of a lost key issues nothing and
+answers ``MISSING``.
 
 The rules
 ---------
@@ -20,13 +27,14 @@ R1 (issue). A process returns the values of an ``INCRBY`` reply ``v`` only if ``
 its hwm (waits for the lease in flight or leases windows until ``h >= v + n``), *throws ``v``
 away* (a gap) and increments again.
 
-R2 (install). When the increment script finds the key missing (a sentinel answer, no
-increment), the process (a) **claims** the key: ``SET key "p<token>" NX PX 3000`` with a fresh
-random token; (b) only after the claim succeeded, **leases a window** ``(first, last)`` from the
-row (a fresh read of ``R``: ``first - 1`` is ``R`` at that moment); (c) **installs** the
-counter ``first - 1`` by compare-and-set: only if the key still holds *its* claim. While the
-key holds a claim the increment script answers "pending" and increments nothing; other
-processes wait and retry. A claim nobody installs (its owner died) expires after 3 s.
+R2 (install). When the increment finds the key lost (answer ``MISSING``), the process (a)
+**claims** the key: a compare-and-set writes ``"p<token>"`` (a fresh random token, expiring
+after 3 s) only if the key is still lost; (b) only after the claim succeeded, **leases a
+window** ``(first, last)`` from the row (a fresh read of ``R``: ``first - 1`` is ``R`` at that
+moment); (c) **installs** the counter ``first - 1`` by compare-and-set: only if the key still
+holds *its* claim. While the key holds a claim an increment answers "pending" and changes
+nothing; other processes wait and retry. A claim nobody installs (its owner died) expires
+after 3 s.
 
 Why no value is issued twice
 ----------------------------
@@ -34,8 +42,10 @@ Why no value is issued twice
 
 *Across epochs*: let ``v`` be returned from epoch E and ``w`` from a later epoch E'. E'
 exists because its installer's compare-and-set succeeded, so the key held that installer's
-claim from the claim until the install: claims are written only by ``SET NX`` with a token
-never used again, and once gone a claim never comes back. So no epoch lived between the claim
+claim from the claim until the install: claims are written only onto a lost key, with a token
+never used again, and once gone a claim never comes back. (An epoch ends when its key is lost:
+deleted, expired, flushed, or incremented past the largest counter the store can hold, which
+only happens past ``max_value``, where nothing is issued.) So no epoch lived between the claim
 and the install, and E had ended before the claim. The installer's lease began after its claim,
 so E' starts at ``b' = R(lease) >= R(end of E)``. By R1, ``v <= h`` with ``h`` committed
 before the ``INCRBY`` that produced ``v``, which ran while E was alive. ``R`` never goes down,
@@ -43,7 +53,7 @@ so ``v <= h <= R(end of E) <= b' < w`` for every ``w`` of E'.
 
 The cases the argument covers, spelled out:
 
-- *Two processes racing after a FLUSHALL*: both get "missing"; one ``SET NX`` wins the claim,
+- *Two processes racing after a FLUSHALL*: both get "missing"; one compare-and-set wins the claim,
   the other sees "pending", waits, then increments the installed counter.
 - *A stale process whose cached hwm is old*: ``h`` is only a lower bound of ``R``; an old one
   makes R1 stricter (more leases), never weaker. Its replies above ``h`` are discarded, not
@@ -245,6 +255,17 @@ class HwmGenerator:
     # --- issuing ---------------------------------------------------------------------------
 
     def next(self) -> int:
+        if self._period is None:
+            # The fast path: one increment under the hwm already known (R1: ``h`` is read
+            # before the increment is sent). Anything else goes through ``_take``.
+            h = self._hwm
+            last = self._last
+            if h is not None and (last is None or last < h) and self._stamp == _NO_STAMP:
+                kind, v = self._store.incr(self._redis_key, 1, self._max - 1)
+                if kind == OK and v <= h:
+                    self._issued_ok(_NO_STAMP, v, 1)
+                    return v
+                self._handle(_NO_STAMP, kind, v, 1, self._clock.monotonic() + self._wait_timeout)
         stamp, last = self._take(1)
         return self._value(stamp, last)
 
@@ -255,8 +276,7 @@ class HwmGenerator:
     def _take(self, count: int) -> tuple[str, int]:
         """``(stamp, last counter value)`` of ``count`` values; ``last - count + 1`` is the
         first."""
-        deadline: float | None = None
-        pause = 0.001
+        deadline = self._clock.monotonic() + self._wait_timeout
         while True:
             stamp = self._current_stamp()
             with self._lock:
@@ -267,33 +287,38 @@ class HwmGenerator:
                 h = self._read_hwm(stamp)
             elif self._last is not None and self._last + count > h:
                 # The counter is past ``_last``: this increment would surely be thrown away.
-                deadline = deadline or self._clock.monotonic() + self._wait_timeout
                 self._raise_hwm(stamp, self._last + count, count, deadline)
                 continue
             # R1: ``h`` was committed before this increment is sent.
             kind, v = self._store.incr(self.redis_key(stamp), count, self._max - count)
-            if kind == OK:
-                if h is not None and v <= h:
-                    self._issued_ok(stamp, v, count)
-                    return stamp, v
-                # Above what was committed before the increment: a gap, never issued (R1).
-                with self._lock:
-                    self._discarded += count
-                deadline = deadline or self._clock.monotonic() + self._wait_timeout
-                self._raise_hwm(stamp, v + count, count, deadline)
-            elif kind == MISSING:
-                self._install(stamp)
-            elif kind == PENDING:
-                deadline = deadline or self._clock.monotonic() + self._wait_timeout
-                if self._clock.monotonic() > deadline:
-                    raise BackendUnavailable(
-                        f"Sequence {self.name!r}: Redis key {self.redis_key(stamp)!r} stayed "
-                        f"claimed by another process for {self._wait_timeout:g} s."
-                    )
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
-            else:  # FULL
-                raise self._exhausted(self._max, v, count)
+            if kind == OK and h is not None and v <= h:
+                self._issued_ok(stamp, v, count)
+                return stamp, v
+            self._handle(stamp, kind, v, count, deadline)
+
+    def _handle(self, stamp: str, kind: int, v: int, count: int, deadline: float) -> None:
+        """Act on an increment's reply that issued nothing; the caller increments again."""
+        if kind == OK:
+            # Above what was committed before the increment: a gap, never issued (R1).
+            with self._lock:
+                self._discarded += count
+            self._raise_hwm(stamp, v + count, count, deadline)
+        elif kind == MISSING:
+            with self._lock:
+                row_max = self._row_max if stamp == self._stamp else None
+            if row_max is not None:
+                # The row is exhausted (a counter pushed past the largest int reads as lost).
+                raise self._exhausted(row_max, row_max, count)
+            self._install(stamp)
+        elif kind == PENDING:
+            if self._clock.monotonic() > deadline:
+                raise BackendUnavailable(
+                    f"Sequence {self.name!r}: Redis key {self.redis_key(stamp)!r} stayed "
+                    f"claimed by another process for {self._wait_timeout:g} s."
+                )
+            time.sleep(0.002)
+        else:  # FULL
+            raise self._exhausted(self._max, v, count)
 
     def _exhausted(self, limit: int, counter: int, count: int) -> SequenceExhausted:
         left = limit - counter

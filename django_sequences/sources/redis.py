@@ -20,13 +20,11 @@ restarted; the pool then reconnects).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-from ..core import forking
 from ..core.base import IdGenerator, SequenceSpec, Status
 from ..core.chunks import ChunkSource
 from ..core.hwm import (
@@ -43,13 +41,9 @@ from ..core.hwm import (
 )
 from ..core.segment import SegmentGenerator
 from ..core.validation import BIGINT_MAX
-from ..exceptions import BackendUnavailable, ConfigurationError, InvalidDefinition
+from ..exceptions import BackendUnavailable, InvalidDefinition
 from ..strategies import Strategy
-
-if TYPE_CHECKING:
-    from redis import Redis
-
-_T = TypeVar("_T")
+from .redisconn import RedisStore, Script, errors
 
 # a <= b for two integers written in decimal (as Redis writes them), exact at any size
 _LE = """
@@ -63,25 +57,35 @@ local function le(a, b)
 end
 """
 
-# KEYS[1] counter; ARGV[1] count, ARGV[2] limit (max_value - count).
-# {0} missing, {1} claimed by an installer, {2, c} c > limit (nothing done), {3, c + count}
+#: A counter ``c`` is stored as ``c - OFFSET``: every counter an install can make (``c >= -1``,
+#: as ``min_value >= 0``) is stored as an integer <= 0, while an ``INCRBY`` on a missing key
+#: makes a positive one. So a plain ``INCRBY 1`` (the fast path) tells a lost key from a live
+#: counter by its sign, with no script.
+OFFSET = 2**63 - 1
+
+# KEYS[1] counter; ARGV[1] count, ARGV[2] stored limit ((max_value - count) - OFFSET).
+# {0} missing or lost (a positive number: an INCRBY made it), {1} claimed by an installer,
+# {2, s} s > limit (nothing done), {3, s + count}. Anything else (another program's value) is
+# left for INCRBY to refuse.
 INCR_SCRIPT = (
     _LE
     + """
 local c = redis.call('GET', KEYS[1])
 if not c then return {0, '0'} end
 if string.sub(c, 1, 1) == 'p' then return {1, '0'} end
-if not le(c, ARGV[2]) then return {2, c} end
+if string.match(c, '^[1-9][0-9]*$') then return {0, '0'} end
+if string.match(c, '^-?[0-9]+$') and not le(c, ARGV[2]) then return {2, c} end
 redis.call('INCRBY', KEYS[1], ARGV[1])
 return {3, redis.call('GET', KEYS[1])}
 """
 )
 
-# KEYS[1] counter; ARGV[1] claim marker 'p<token>', ARGV[2] its time to live (ms)
+# KEYS[1] counter; ARGV[1] claim marker 'p<token>', ARGV[2] its time to live (ms). Claims a
+# missing key or a lost one (a positive number); never a live counter or another's claim.
 CLAIM_SCRIPT = """
 local c = redis.call('GET', KEYS[1])
 if c == ARGV[1] then return 1 end
-if c then return 0 end
+if c and not string.match(c, '^[1-9][0-9]*$') then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
@@ -143,86 +147,13 @@ return 0
 )
 
 
-class Script:
-    """A Lua script run by ``EVALSHA``; loaded when the server does not know it."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-        self.loads = 0
-
-    def __call__(self, client: Redis, keys: list[str], args: list[str | int]) -> Any:
-        from redis.exceptions import NoScriptError
-
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            client.script_load(self.source)
-            self.loads += 1
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-
-
-class RedisStore:
-    """The django-redis connection of one cache alias, with the error mapping."""
-
-    def __init__(self, alias: str) -> None:
-        self.alias = alias
-        self._client: Redis | None = None
-        self.errors = 0
-        forking.register(self)
-
-    def client(self) -> Redis:
-        client = self._client
-        if client is None:
-            from django_redis import get_redis_connection
-
-            try:
-                client = get_redis_connection(self.alias)
-            except NotImplementedError:
-                raise ConfigurationError(
-                    f"CACHES[{self.alias!r}] is not a django-redis cache; the redis strategies "
-                    f"need BACKEND 'django_redis.cache.RedisCache'."
-                ) from None
-            self._client = client
-        return client
-
-    def run(self, what: str, key: str, fn: Callable[[Redis], _T], *, retry: bool = True) -> _T:
-        """``fn(client)``; Redis errors become :class:`BackendUnavailable`. A dropped
-        connection is retried once when ``retry`` (only for calls whose repetition is safe)."""
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import RedisError, ResponseError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-
-        attempts = 2 if retry else 1
-        for attempt in range(1, attempts + 1):
-            try:
-                return fn(self.client())
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                if attempt < attempts:
-                    continue
-                self.errors += 1
-                raise BackendUnavailable(
-                    f"Redis (cache alias {self.alias!r}) is unreachable while {what} key "
-                    f"{key!r}: {str(exc).rstrip('.')}. Check that it is up."
-                ) from exc
-            except ResponseError as exc:
-                self.errors += 1
-                raise BackendUnavailable(
-                    f"Redis (cache alias {self.alias!r}) refused {what} key {key!r}: "
-                    f"{str(exc).rstrip('.')}. "
-                    f"If the key holds another type, another program or strategy uses it: "
-                    f"set options['key_prefix']."
-                ) from exc
-            except RedisError as exc:
-                self.errors += 1
-                raise BackendUnavailable(
-                    f"Redis (cache alias {self.alias!r}) failed while {what} key {key!r}: "
-                    f"{str(exc).rstrip('.')}."
-                ) from exc
-        raise AssertionError("unreachable")
-
-    def _after_fork_in_child(self) -> None:
-        self._client = None
+def decode_counter(raw: bytes | str | None) -> int | None:
+    """The counter a ``redis`` key holds as Redis returns it (``GET``); None when the key is
+    missing, lost (a positive number) or holds an installer's claim."""
+    text = _text(raw) if raw is not None else None
+    if text is None or text.startswith("p") or int(text) > 0:
+        return None
+    return int(text) + OFFSET
 
 
 def _text(v: object) -> str:
@@ -230,7 +161,8 @@ def _text(v: object) -> str:
 
 
 class RedisCounterStore(RedisStore):
-    """The ``redis`` strategy's counter keys (:class:`~django_sequences.core.hwm.CounterStore`)."""
+    """The ``redis`` strategy's counter keys (:class:`~django_sequences.core.hwm.CounterStore`),
+    each holding ``counter - OFFSET``."""
 
     _incr = Script(INCR_SCRIPT)
     _claim = Script(CLAIM_SCRIPT)
@@ -238,11 +170,29 @@ class RedisCounterStore(RedisStore):
     _release = Script(RELEASE_SCRIPT)
 
     def incr(self, key: str, count: int, limit: int) -> tuple[int, int]:
-        reply = self.run("incrementing", key, lambda c: self._incr(c, [key], [count, str(limit)]))
+        if count == 1:
+            # The fast path: one plain INCRBY, judged by its sign. Any error (a claim, a dropped
+            # connection, another program's value) goes to the script below, which sorts it out
+            # and maps it (a retried increment only leaves a gap: core/hwm.py).
+            client = self._client or self.client()
+            try:
+                stored = client.incrby(key, 1)
+            except Exception as exc:
+                if not isinstance(exc, errors().any):
+                    raise
+            else:
+                if stored > 0:
+                    return MISSING, 0
+                value = stored + OFFSET
+                if value > limit + 1:
+                    return FULL, value - 1
+                return OK, value
+        args = [count, str(limit - OFFSET)]
+        reply = self.run("incrementing", key, lambda c: self._incr(c, [key], args))
         kind = int(reply[0])
         if kind not in (MISSING, PENDING, FULL, OK):
             raise BackendUnavailable(f"Redis gave an unexpected answer for {key!r}: {reply!r}")
-        return kind, int(_text(reply[1]))
+        return kind, int(_text(reply[1])) + OFFSET if kind >= FULL else 0
 
     def claim(self, key: str, token: str, ttl_ms: int) -> bool:
         return bool(
@@ -250,7 +200,7 @@ class RedisCounterStore(RedisStore):
         )
 
     def install(self, key: str, token: str, base: int, expire_ms: int | None) -> bool:
-        args: list[str | int] = ["p" + token, str(base), expire_ms or 0]
+        args: list[str | int] = ["p" + token, str(base - OFFSET), expire_ms or 0]
         return bool(self.run("installing", key, lambda c: self._install(c, [key], args)))
 
     def release(self, key: str, token: str) -> None:
@@ -397,6 +347,11 @@ class RedisStrategy(_RedisStrategyBase):
                 f"Sequence {name!r}: options['window'] must be at least 1 (values leased from "
                 f"the database at a time; None: the step); got {window}."
             )
+        if spec.min_value < 0:
+            raise InvalidDefinition(
+                f"Sequence {name!r}: strategy 'redis' stores its counter offset below zero, so "
+                f"min_value must be >= 0; got {spec.min_value}."
+            )
         period = self.option(spec, "period")
         if period is None:
             return
@@ -404,11 +359,6 @@ class RedisStrategy(_RedisStrategyBase):
             raise InvalidDefinition(
                 f"Sequence {name!r}: options['period'] must be one of {sorted(PERIODS)} or "
                 f"None; got {period!r}."
-            )
-        if spec.min_value < 0:
-            raise InvalidDefinition(
-                f"Sequence {name!r}: options['period'] puts a stamp before the counter, so "
-                f"min_value must be >= 0; got {spec.min_value}."
             )
         if largest_value(period, spec.max_value) > BIGINT_MAX:
             digits = counter_digits(period)

@@ -1,33 +1,53 @@
-"""Redis access for the strategies that use it: the django-redis client of a cache alias, keys
-made with that cache's ``KEY_PREFIX``/``VERSION``, Lua scripts, and errors turned into
-:class:`~django_sequences.exceptions.BackendUnavailable`.
+"""Redis access for every strategy that uses it (``redis``, ``redis_segment``, ``timestamp``
+with a Redis counter, worker leases in Redis): the django-redis client of a cache alias, keys
+made with that cache's ``KEY_PREFIX``/``VERSION``, Lua scripts run by ``EVALSHA``, and every
+Redis failure turned into :class:`~django_sequences.exceptions.BackendUnavailable`.
 
 django-redis and redis-py are optional (``pip install django-sequence-issuer[redis]``); nothing
-here imports them before a Redis-backed sequence is used. redis-py's connection pool notices a
-fork and opens new connections in the child (I3).
+here imports them before a Redis-backed sequence is used. redis-py's connection pool is per
+process (it notices a fork by pid and opens new sockets in the child); a :class:`RedisStore`
+drops its client after a fork anyway (I3).
+
+Scripts are sent once (``SCRIPT LOAD``) when the server answers ``NOSCRIPT`` (first use, or
+after a restart). A dropped connection is retried once (the server may have restarted; the
+pool reconnects) when the call is safe to repeat.
 """
 
 from __future__ import annotations
 
-import os
-import threading
+import hashlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..core import forking
 from ..exceptions import BackendUnavailable, ConfigurationError
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 _T = TypeVar("_T")
 
-_scripts: dict[str, Any] = {}
-_scripts_lock = threading.Lock()
+
+class _Errors:
+    """redis-py's exception classes, imported on first use (redis-py is optional)."""
+
+    def __init__(self) -> None:
+        from redis import exceptions as rx
+
+        self.dropped: tuple[type[Exception], ...] = (rx.ConnectionError, rx.TimeoutError)
+        self.response = rx.ResponseError
+        self.noscript = rx.NoScriptError
+        self.any = rx.RedisError
 
 
-def _reset_lock_in_child() -> None:
-    global _scripts_lock
-    _scripts_lock = threading.Lock()  # a parent thread may have held it at fork()
+_errors: _Errors | None = None
 
 
-os.register_at_fork(after_in_child=_reset_lock_in_child)
+def errors() -> _Errors:
+    global _errors
+    if _errors is None:
+        _errors = _Errors()
+    return _errors
 
 
 def resolve_alias(alias: str | None) -> str:
@@ -39,7 +59,7 @@ def resolve_alias(alias: str | None) -> str:
     return alias
 
 
-def client(alias: str) -> Any:
+def client(alias: str) -> Redis:
     """The redis-py client behind django-redis cache ``alias``."""
     from django.conf import settings
 
@@ -55,9 +75,13 @@ def client(alias: str) -> Any:
             "Redis-backed sequences need django-redis: pip install 'django-sequence-issuer[redis]'."
         ) from exc
     try:
-        return get_redis_connection(alias)
-    except NotImplementedError as exc:
-        raise ConfigurationError(f"CACHES[{alias!r}] is not a django-redis cache.") from exc
+        found: Redis = get_redis_connection(alias)
+    except NotImplementedError:
+        raise ConfigurationError(
+            f"CACHES[{alias!r}] is not a django-redis cache; the Redis-backed strategies need "
+            f"BACKEND 'django_redis.cache.RedisCache'."
+        ) from None
+    return found
 
 
 def make_key(alias: str, key: str) -> str:
@@ -67,33 +91,71 @@ def make_key(alias: str, key: str) -> str:
     return str(caches[alias].make_key(key))
 
 
-def script(source: str) -> Any:
-    """A redis-py ``Script`` for ``source`` (EVALSHA, falling back to EVAL after a restart)."""
-    found = _scripts.get(source)
-    if found is None:
-        from redis.commands.core import Script
+class Script:
+    """A Lua script run by ``EVALSHA``; loaded when the server does not know it."""
 
-        with _scripts_lock:
-            found = _scripts.get(source)
-            if found is None:
-                # bytes: no client needed to hash it; each call passes its client
-                found = _scripts[source] = Script(None, source.encode())  # type: ignore[arg-type]
-    return found
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+        self.loads = 0
 
-
-def call(alias: str, what: str, fn: Callable[[Any], _T]) -> _T:
-    """Run ``fn(client)``; a dropped connection is retried once (the server may have
-    restarted), then every Redis error becomes :class:`BackendUnavailable`."""
-    from redis import exceptions as rx
-
-    for attempt in (1, 2):
+    def __call__(self, client: Redis, keys: list[str], args: list[Any]) -> Any:
         try:
-            return fn(client(alias))
-        except (rx.ConnectionError, rx.TimeoutError) as exc:
-            if attempt == 2:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except errors().noscript:
+            client.script_load(self.source)
+            self.loads += 1
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+
+
+class RedisStore:
+    """The django-redis connection of one cache alias, with the error mapping. Shared by the
+    threads of a process; redis-py's pool gives each command a connection."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self._client: Redis | None = None
+        self.errors = 0
+        forking.register(self)
+
+    def client(self) -> Redis:
+        found = self._client
+        if found is None:
+            found = self._client = client(self.alias)
+        return found
+
+    def run(self, what: str, key: str, fn: Callable[[Redis], _T], *, retry: bool = True) -> _T:
+        """``fn(client)``; Redis errors become :class:`BackendUnavailable` naming ``what`` and
+        ``key``. A dropped connection is retried once when ``retry`` (only for calls whose
+        repetition is safe)."""
+        rx = errors()
+        attempts = 2 if retry else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return fn(self.client())
+            except rx.dropped as exc:
+                if attempt < attempts:
+                    continue
+                self.errors += 1
                 raise BackendUnavailable(
-                    f"Redis (cache {alias!r}) could not be reached to {what}: {exc}."
+                    f"Redis (cache alias {self.alias!r}) is unreachable while {what} key "
+                    f"{key!r}: {str(exc).rstrip('.')}. Check that it is up."
                 ) from exc
-        except rx.RedisError as exc:
-            raise BackendUnavailable(f"Redis (cache {alias!r}) failed to {what}: {exc}.") from exc
-    raise AssertionError("unreachable")
+            except rx.response as exc:
+                self.errors += 1
+                raise BackendUnavailable(
+                    f"Redis (cache alias {self.alias!r}) refused {what} key {key!r}: "
+                    f"{str(exc).rstrip('.')}. "
+                    f"If the key holds another type, another program or strategy uses it: "
+                    f"set options['key_prefix']."
+                ) from exc
+            except rx.any as exc:
+                self.errors += 1
+                raise BackendUnavailable(
+                    f"Redis (cache alias {self.alias!r}) failed while {what} key {key!r}: "
+                    f"{str(exc).rstrip('.')}."
+                ) from exc
+        raise AssertionError("unreachable")
+
+    def _after_fork_in_child(self) -> None:
+        self._client = None

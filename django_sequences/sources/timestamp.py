@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ..core.base import IdGenerator, SequenceSpec
 from ..core.clock import SYSTEM_CLOCK, Clock
@@ -125,14 +124,15 @@ def redis_keys(name: str, alias: str) -> tuple[str, str]:
 
 def redis_counter(name: str, alias: str) -> Callable[[int, int, int], tuple[int, int]]:
     """The one-round-trip counter of ``core.timestamp.RedisTimestampGenerator``."""
-    script = redisconn.script(_COUNT)
+    script = redisconn.Script(_COUNT)
+    store = redisconn.RedisStore(alias)
     last_key, prefix = redis_keys(name, alias)
 
     def count(second: int, n: int, limit: int) -> tuple[int, int]:
-        def run(c: Any) -> Any:
-            return script(keys=[last_key, f"{prefix}{second}"], args=[second, n, limit], client=c)
-
-        code, value = redisconn.call(alias, f"count sequence {name!r}", run)
+        key = f"{prefix}{second}"
+        code, value = store.run(
+            "counting", key, lambda c: script(c, [last_key, key], [second, n, limit])
+        )
         return int(code), int(value)
 
     return count

@@ -386,8 +386,13 @@ class RedisWorkerStore:
 
     kind = "redis"
 
+    _acquire = redisconn.Script(_ACQUIRE)
+    _renew = redisconn.Script(_RENEW)
+    _release = redisconn.Script(_RELEASE)
+
     def __init__(self, alias: str) -> None:
         self.alias = alias
+        self.store = redisconn.RedisStore(alias)
 
     def prefix(self, namespace: str) -> str:
         # {namespace}: one hash slot for every key of a namespace on Redis Cluster
@@ -396,12 +401,10 @@ class RedisWorkerStore:
     def acquire(
         self, namespace: str, max_worker: int, owner: str, ttl: float, now_tick: int, ahead: int
     ) -> StoreGrant | None:
-        script = redisconn.script(_ACQUIRE)
         args = [owner, max(1, int(ttl * 1000)), max_worker, now_tick, ahead]
-        got = redisconn.call(
-            self.alias,
-            f"acquire a worker id of {namespace!r}",
-            lambda c: script(keys=[self.prefix(namespace)], args=args, client=c),
+        prefix = self.prefix(namespace)
+        got = self.store.run(
+            "acquiring a worker id under", prefix, lambda c: self._acquire(c, [prefix], args)
         )
         if got is None:
             return None
@@ -411,25 +414,17 @@ class RedisWorkerStore:
     def renew(
         self, namespace: str, worker_id: int, owner: str, token: Any, ttl: float, bound: int
     ) -> Any:
-        script = redisconn.script(_RENEW)
         key = f"{self.prefix(namespace)}{worker_id}"
-        ok = redisconn.call(
-            self.alias,
-            f"renew worker id {worker_id} of {namespace!r}",
-            lambda c: script(keys=[key], args=[token, max(1, int(ttl * 1000)), bound], client=c),
-        )
+        args = [token, max(1, int(ttl * 1000)), bound]
+        ok = self.store.run("renewing worker lease", key, lambda c: self._renew(c, [key], args))
         return token if ok == 1 else None
 
     def release(
         self, namespace: str, worker_id: int, owner: str, token: Any, last: int | None
     ) -> bool:
-        script = redisconn.script(_RELEASE)
         key = f"{self.prefix(namespace)}{worker_id}"
-        ok = redisconn.call(
-            self.alias,
-            f"release worker id {worker_id} of {namespace!r}",
-            lambda c: script(keys=[key], args=[token, "" if last is None else last], client=c),
-        )
+        args = [token, "" if last is None else last]
+        ok = self.store.run("releasing worker lease", key, lambda c: self._release(c, [key], args))
         return bool(ok == 1)
 
 
