@@ -4,14 +4,16 @@ database, with the targets of the strategies issue printed beside them.
 Usage: ``python -m benchmarks.strategies --db sqlite|postgresql|mysql [--quick]`` after
 ``migrate`` with ``--settings=benchmarks.settings`` (``scripts/bench`` runs it after
 ``benchmarks.run`` for every database). One thread; every figure includes the Python loop
-around the call. Calls that reach a server run for fixed windows, best of 3; in-memory calls run
-a fixed count, best of 3.
+around the call. In-memory calls run a fixed count, best of 3. Calls that reach a server are
+compared with their alternative in alternating bursts of 0.1 s (``interleaved``), so both sides
+see the same disk and scheduler noise; each figure is the median burst.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +52,26 @@ def per_second(call: Callable[[], Any], seconds: float, times: int = 3) -> float
             t = pc()
         best = max(best, n / (t - t0))
     return best
+
+
+def interleaved(*calls: Callable[[], Any], seconds: float, burst: float = 0.1) -> list[float]:
+    """Calls per second of each of ``calls``, measured in alternating bursts for ``seconds``
+    in all; the median burst of each. A fsync that takes longer for a while, or another
+    process on the machine, then slows every side alike."""
+    rates: list[list[float]] = [[] for _ in calls]
+    pc = time.perf_counter
+    rounds = max(3, int(seconds / (burst * len(calls))))
+    for _ in range(rounds):
+        for i, call in enumerate(calls):
+            n, t0 = 0, pc()
+            end = t0 + burst
+            t = t0
+            while t < end:
+                call()
+                n += 1
+                t = pc()
+            rates[i].append(n / (t - t0))
+    return [statistics.median(r) for r in rates]
 
 
 def per_count(call: Callable[[], Any], calls: int, times: int = 3) -> float:
@@ -102,8 +124,9 @@ def run(quick: bool) -> list[Row]:
     mem_calls = 200_000 if quick else 2_000_000
     rows: list[Row] = []
 
-    strict = per_second(lambda: next_value("bench.strict"), secs)
-    peer = per_second(lambda: get_next_value("bench.peer"), secs)
+    strict, peer = interleaved(
+        lambda: next_value("bench.strict"), lambda: get_next_value("bench.peer"), seconds=4 * secs
+    )
     rows.append(
         Row("`strict` next_value", strict, "one UPDATE … RETURNING / LAST_INSERT_ID a call")
     )
@@ -126,10 +149,14 @@ def run(quick: bool) -> list[Row]:
 
     r = get_redis_connection("sequences")
     raw_key = f"bench:{os.getpid()}:raw"
-    raw = per_second(lambda: r.incr(raw_key), secs)
-    ours = per_second(lambda: next_value("bench.redis"), secs)
     redis_handle = get_sequence("bench.redis")
-    ours_h = per_second(redis_handle.next, secs)
+    redis_handle.next()
+    raw, ours_h, ours = interleaved(
+        lambda: r.incr(raw_key),
+        redis_handle.next,
+        lambda: next_value("bench.redis"),
+        seconds=6 * secs,
+    )
     rows.append(Row("redis-py INCR (same django-redis client)", raw, "a round trip a value"))
     rows.append(
         Row(

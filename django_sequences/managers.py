@@ -217,7 +217,7 @@ class SegmentManager(models.Manager["Segment"]):
         alias = resolve_alias(using)
         name = sequence or key
         if not gapless:
-            return _on_private(alias, key, lambda w: self._increment_on(w, key, count, name))
+            return _on_private(alias, key, lambda w: self._increment_on(w, key, count, name, True))
         try:
             return self._increment_on(connections[alias], key, count, name)
         except DatabaseError as exc:
@@ -226,18 +226,17 @@ class SegmentManager(models.Manager["Segment"]):
             ) from exc
 
     def _increment_on(
-        self, w: BaseDatabaseWrapper, key: str, count: int, name: str
+        self, w: BaseDatabaseWrapper, key: str, count: int, name: str, private: bool = False
     ) -> tuple[int, int]:
         sql = _lease_sql(self.model, w)
         if sql.increment:
             now = w.ops.adapt_datetimefield_value(timezone.now())
-            with w.cursor() as c:
-                c.execute(sql.increment, [count, now, key, count])
-                if w.vendor == "mysql":
-                    last = c.lastrowid if c.rowcount == 1 else None
-                else:
-                    row = c.fetchone()
-                    last = row[0] if row else None
+            params = [count, now, key, count]
+            last: int | None
+            if private and w.vendor == "postgresql" and w.alias not in _unprepared:
+                last = _pg_prepared_returning(w, sql.increment, params)
+            else:
+                last = _returning(w, sql.increment, params)
             if last is not None:
                 return last - count + 1, last
         return self._lease_on(w, key, count, name, exact=True)
@@ -288,6 +287,62 @@ class SegmentManager(models.Manager["Segment"]):
         seq = Sequence(pk=pk, name=name, step=step, min_value=lo, max_value=hi)
         with contextlib.suppress(IntegrityError):  # another process created it first: fine
             _insert(w, _row_for(seq, key))
+
+
+def _returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> int | None:
+    """Run the strict increment on Django's cursor: the new value, or None when the row is
+    missing or too close to its limit."""
+    with w.cursor() as c:
+        c.execute(sql, params)
+        if w.vendor == "mysql":
+            return c.lastrowid if c.rowcount == 1 else None
+        row = c.fetchone()
+        return None if row is None else int(row[0])
+
+
+#: Private PostgreSQL connections (by wrapper alias) on which a prepared statement failed: a
+#: proxy in front of the server (PgBouncer in transaction mode before 1.21) does not keep them.
+_unprepared: set[str] = set()
+_pg_cursors: dict[str, tuple[Any, Any]] = {}
+
+
+def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> int | None:
+    """Run the strict increment as a prepared statement on private connection ``w``.
+
+    Django's PostgreSQL cursors bind parameters on the client, so the server parses and plans
+    the UPDATE on every call: about as long as the rest of the round trip on a small machine.
+    A server-binding psycopg cursor prepares it once per connection. Django turns prepared
+    statements off for its connections unless ``OPTIONS["prepare_threshold"]`` says
+    otherwise; the private connection turns them on unless that option is set (to None, for a
+    pooler that cannot keep them). If the server (or a proxy) loses a prepared statement, the
+    alias falls back to Django's cursor for good and the error is raised, so ``_on_private``
+    retries the call.
+    """
+    import psycopg
+
+    raw = w.connection
+    found = _pg_cursors.get(w.alias)
+    if found is None or found[0] is not raw or found[1].closed:
+        options = w.settings_dict.get("OPTIONS") or {}
+        if "prepare_threshold" in options:
+            if options["prepare_threshold"] is None:
+                _unprepared.add(w.alias)  # the project said no
+                return _returning(w, sql, params)
+        elif raw.prepare_threshold is None:
+            raw.prepare_threshold = 5  # only server-binding cursors (this one) prepare
+        found = _pg_cursors[w.alias] = (raw, psycopg.Cursor(raw))
+    cur = found[1]
+    with w.wrap_database_errors:
+        try:
+            cur.execute(sql, params, prepare=True)
+        except (
+            psycopg.errors.InvalidSqlStatementName,
+            psycopg.errors.DuplicatePreparedStatement,
+        ):
+            _unprepared.add(w.alias)
+            raise
+        row = cur.fetchone()
+    return None if row is None else int(row[0])
 
 
 def _check_key(key: object) -> None:

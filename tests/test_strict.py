@@ -138,3 +138,61 @@ def test_bad_options(options: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidDefinition, match=message):
         Sequence.objects.define("inv", strategy="strict", options=options)
     assert not Sequence.objects.exists()
+
+
+def test_postgresql_prepares_the_increment_and_falls_back_when_the_server_forgets_it(
+    vendor: str,
+) -> None:
+    """On PostgreSQL the private connection runs the increment as a prepared statement. A
+    server that loses it (as PgBouncer in transaction mode does) costs one retry, after which
+    the alias uses Django's client-side cursor for good; no value is lost or repeated."""
+    if vendor != "postgresql":
+        pytest.skip("prepared statements are used on PostgreSQL only")
+    from django_sequences import managers
+    from django_sequences.sources.connections import lease_connection
+
+    Sequence.objects.define("inv", strategy="strict")
+    assert [next_value("inv") for _ in range(3)] == [1, 2, 3]
+    with lease_connection("default").use() as w:
+        alias = w.alias
+        assert alias not in managers._unprepared
+        assert managers._pg_cursors[alias][0] is w.connection
+        with w.connection.cursor() as raw:
+            raw.execute("SELECT name FROM pg_prepared_statements")
+            names = [r[0] for r in raw.fetchall()]
+            assert len(names) == 1
+            # by name: psycopg notices DEALLOCATE ALL, but not what a pooler's backend forgot
+            raw.execute(f'DEALLOCATE "{names[0]}"')
+    try:
+        assert [next_value("inv") for _ in range(3)] == [4, 5, 6]
+        assert alias in managers._unprepared
+    finally:
+        managers._unprepared.discard(alias)
+    assert rows("inv") == (6, 6)
+
+
+def test_postgresql_prepare_threshold_none_in_options_means_no_prepared_statements(
+    vendor: str,
+) -> None:
+    """A project behind a pooler sets OPTIONS["prepare_threshold"] = None (Django's advice);
+    the private connection then never prepares."""
+    if vendor != "postgresql":
+        pytest.skip("prepared statements are used on PostgreSQL only")
+    from django_sequences import managers
+    from django_sequences.sources.connections import lease_connection
+
+    Sequence.objects.define("inv", strategy="strict")
+    with lease_connection("default").use() as w:
+        alias = w.alias
+        options = w.settings_dict.setdefault("OPTIONS", {})
+        options["prepare_threshold"] = None
+        managers._pg_cursors.pop(alias, None)
+    try:
+        assert [next_value("inv") for _ in range(3)] == [1, 2, 3]
+        assert alias in managers._unprepared
+        with lease_connection("default").use() as w, w.connection.cursor() as raw:
+            raw.execute("SELECT count(*) FROM pg_prepared_statements")
+            assert raw.fetchone() == (0,)
+    finally:
+        managers._unprepared.discard(alias)
+        lease_connection("default").discard()  # the next test gets the settings as they were
