@@ -1,0 +1,1497 @@
+"""The number template language: ``SO{date:%Y%m%d}{seq:08}{check:luhn}`` -> ``SO20261122000000420``.
+
+Pure Python, no Django import. The grammar is documented in ``docs/templates.md``; this
+docstring is about the design.
+
+**Compile once, render fast.** :func:`compile` parses the text into *parts* (literal runs, and
+the fields ``seq``, ``date``, ``ctx.NAME``, ``random``, ``check`` and custom parts), validates
+everything it can (each :class:`TemplateError` carries the position of the offending field or
+option), and builds a :class:`Template`. Rendering never parses anything:
+
+- Parts whose text only depends on the wall-clock second (literals, dates) are rendered into a
+  per-second *frame*: a list of strings with ``None`` at the positions of the other parts,
+  rebuilt when ``int(now)`` changes. The frame also holds the period stamp and, for each check
+  part, the check sum of the frame's digits it covers. A template without date or custom parts
+  has one frame for ever and never reads the clock.
+- Every other part is a small closure ``step(value, out, frame, context, now) -> str`` that
+  fills its slot of a copy of the frame. Steps run in (order, position) order: built-in parts
+  have order 0, check parts 100, custom parts say their own, so a part may read what parts that
+  ran before it rendered (``out``).
+- A check part over ASCII digits usually needs no digit string at all. Luhn, ISO 7064 MOD 11-2,
+  ISO 7064 MOD 97-10 and ``jd`` are *linear*: a sum modulo m of one term per digit, the term
+  depending only on the digit and its distance from the check. When every part the check covers
+  is either in the frame or a fixed-width run of digits (``{seq:08}``, ``{random:6}``), the
+  frame's share of the sum is computed once per second and each fixed-width number adds its
+  share with one lookup per three digits (tables of 1000 entries per distance). Any other
+  layout, and the other algorithms, join the covered digits and call the algorithm's
+  ``compute``. The fast form of an algorithm is used only after it agreed with ``compute`` on
+  sample inputs, so it can never silently differ from ``formats/checksums.py``.
+
+**Parse** is one regular expression, built at compile time from the parts (named group ``g<i>``
+per field), then decoding (radix, permutation, short code), a canonical-form check (the value
+must render back to the same text) and the check digits verified with the algorithm's
+``compute``.
+
+**Thread safety.** A template is immutable apart from its frame cache, which is replaced as one
+tuple-like object (an atomic store in CPython); a racing thread at worst builds the same frame
+twice. Custom parts must be thread-safe themselves.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from functools import cache
+from typing import Any, Protocol, cast
+from zoneinfo import ZoneInfo
+
+from ..exceptions import InvalidKey, InvalidNumber, SequenceExhausted, TemplateError
+from . import checksums, obfuscation
+
+__all__ = ["CustomPart", "Part", "RenderContext", "Template", "compile"]
+
+_wall = time.time
+
+#: Built-in part kinds (``ctx.NAME`` is matched by its prefix).
+BUILTIN_KINDS = ("seq", "date", "ctx", "random", "check", "custom")
+CHECK_ORDER = 100
+"""Execution order of check parts; built-in parts have order 0."""
+MAX_VALUE = 2**63 - 1
+"""The largest sequence value (a signed 64-bit integer)."""
+MAX_TEXT_WIDTH = 64
+"""Widest ``{ctx.NAME:N}`` and ``{random:N}``."""
+
+_DIGITS = "0123456789"
+_HEX = "0123456789abcdef"
+_UPPER = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_NON_DIGITS = re.compile(r"[^0-9]+")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+_OPTION = re.compile(r"([A-Za-z_]+)=(.*)\Z", re.DOTALL)
+_BAD_CONTEXT_CHARS = re.compile(r"[{}\x00-\x1f\x7f]")
+_CONTEXT_CHAR = r"[^{}\x00-\x1f\x7f]"
+
+#: Date directives: letter -> (%-format of the field, its value, regex). All have a fixed width.
+_DIRECTIVES: dict[str, tuple[str, Callable[[datetime], int], str]] = {
+    "Y": ("%04d", lambda d: d.year, r"[0-9]{4}"),
+    "y": ("%02d", lambda d: d.year % 100, r"[0-9]{2}"),
+    "m": ("%02d", lambda d: d.month, r"(?:0[1-9]|1[0-2])"),
+    "d": ("%02d", lambda d: d.day, r"(?:0[1-9]|[12][0-9]|3[01])"),
+    "j": (
+        "%03d",
+        lambda d: d.timetuple().tm_yday,
+        r"(?:00[1-9]|0[1-9][0-9]|[12][0-9]{2}|3[0-5][0-9]|36[0-6])",
+    ),
+    "H": ("%02d", lambda d: d.hour, r"(?:[01][0-9]|2[0-3])"),
+    "M": ("%02d", lambda d: d.minute, r"[0-5][0-9]"),
+    "S": ("%02d", lambda d: d.second, r"[0-5][0-9]"),
+}
+#: Periods, finest last, with the format of their stamp.
+_PERIODS = {
+    "year": "%Y",
+    "month": "%Y%m",
+    "day": "%Y%m%d",
+    "hour": "%Y%m%d%H",
+    "minute": "%Y%m%d%H%M",
+    "second": "%Y%m%d%H%M%S",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Public protocol for custom parts
+
+
+@dataclass(slots=True)
+class RenderContext:
+    """What a custom part's ``render`` gets."""
+
+    value: int
+    """The sequence value being rendered."""
+    now: datetime
+    """The rendering instant, aware, in the template's time zone."""
+    context: Any
+    """What the caller passed as ``context`` (a mapping, a model instance, or None)."""
+    rendered: Sequence[str | None]
+    """The text of each part by position (literal runs count as parts); None where the part
+    has not run yet."""
+    position: int
+    """This part's position in ``rendered``."""
+    names: tuple[str, ...]
+    """The name of each part by position: ``"seq"``, ``"date"``, ``"ctx.area"``, … and ``""``
+    for literal runs."""
+
+    def get(self, name: str) -> str | None:
+        """The text of the first part called ``name`` (None if none, or not rendered yet)."""
+        for position, part_name in enumerate(self.names):
+            if part_name == name:
+                return self.rendered[position]
+        return None
+
+
+class Part(Protocol):
+    """A custom part: constructed with its argument string (``""`` when none); validates it
+    and raises :class:`TemplateError` if it cannot work."""
+
+    order: int
+    max_length: int | None
+
+    def render(self, ctx: RenderContext) -> str: ...
+
+
+class CustomPart:
+    """Convenience base for custom parts, with every optional attribute at its default."""
+
+    order: int = 0
+    """Execution order: built-in parts are 0, check parts 100; lower runs first."""
+    max_length: int | None = None
+    """Longest text it renders; None: unbounded."""
+    min_length: int = 0
+    """Shortest text it renders."""
+    pattern: str | None = None
+    """A regular expression matching what it renders (for ``parse``). Default: any
+    characters, between ``min_length`` and ``max_length`` of them."""
+    digits: bool = False
+    """True if it renders ASCII digits only, so a check part may cover it."""
+
+    def __init__(self, arg: str) -> None:
+        self.arg = arg
+
+    def render(self, ctx: RenderContext) -> str:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenizing
+
+
+@dataclass(frozen=True)
+class _Field:
+    kind: str
+    arg: str | None  # the text after the first ':', None without one
+    start: int  # position of '{'
+    end: int  # position after '}'
+    arg_start: int  # position of ``arg`` in the template
+
+
+class _Parser:
+    """Tokenizes the template text and raises positioned errors."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def error(self, message: str, position: int | None) -> TemplateError:
+        return TemplateError(message, template=self.text, position=position)
+
+    def tokens(self) -> list[str | _Field]:
+        text = self.text
+        tokens: list[str | _Field] = []
+        literal: list[str] = []
+        i = 0
+        while i < len(text):
+            char = text[i]
+            if text.startswith("{{", i) or text.startswith("}}", i):
+                literal.append(char)
+                i += 2
+            elif char == "}":
+                raise self.error("Single '}' outside a field: write '}}' for a literal '}'.", i)
+            elif char == "{":
+                end = text.find("}", i + 1)
+                inner = text.find("{", i + 1)
+                if end < 0:
+                    raise self.error(
+                        "Unclosed '{': a field ends with '}' (write '{{' for a literal '{').", i
+                    )
+                if 0 <= inner < end:
+                    raise self.error("'{' inside a field: fields do not nest.", inner)
+                if literal:
+                    tokens.append("".join(literal))
+                    literal = []
+                kind, colon, arg = text[i + 1 : end].partition(":")
+                tokens.append(_Field(kind, arg if colon else None, i, end + 1, i + 2 + len(kind)))
+                i = end + 1
+            else:
+                literal.append(char)
+                i += 1
+        if literal:
+            tokens.append("".join(literal))
+        return tokens
+
+    def args(self, field: _Field) -> list[tuple[str, int]]:
+        """The comma-separated arguments of ``field`` with their positions."""
+        if field.arg is None:
+            return []
+        found = []
+        position = field.arg_start
+        for arg in field.arg.split(","):
+            if not arg:
+                raise self.error(f"Empty argument in {self.spelled(field)}.", position)
+            found.append((arg, position))
+            position += len(arg) + 1
+        return found
+
+    def spelled(self, field: _Field) -> str:
+        return self.text[field.start : field.end]
+
+
+def _width(spelled: str, arg: str, position: int, limit: int, parser: _Parser) -> int:
+    width = int(arg)
+    if not 1 <= width <= limit:
+        raise parser.error(f"{spelled}: width {arg} is not between 1 and {limit}.", position)
+    return width
+
+
+def _is_width(arg: str) -> bool:
+    return arg.isascii() and arg.isdigit()
+
+
+# --------------------------------------------------------------------------------------------
+# Parts
+
+Step = Callable[[int, list[Any], "_Frame", Any, float], str]
+"""A dynamic part: ``(value, out, frame, context, now) -> text``; ``out`` holds the text of
+each part rendered so far, None for the others (typed ``Any``: no ``cast`` on the hot path)."""
+
+
+class _Part:
+    """One piece of a template."""
+
+    name = ""  # the key in parse() and in check scopes; "" for literals
+    spelled = ""  # as written in the template, for messages
+    start = 0  # position in the template text
+    static = False  # rendered into the per-second frame (literals, dates)
+    order = 0
+    min_length = 0
+    max_length: int | None = 0
+    digits = False  # renders only ASCII digits (a check may cover it)
+    letters = ""  # why a check may not cover it, when not ``digits``
+    width: int | None = None  # set when it always renders exactly this many ASCII digits
+
+    def pattern(self) -> str:
+        raise NotImplementedError
+
+    def decode(self, text: str, template: Template) -> Any:
+        return text
+
+    def step(self, template: Template) -> Step:
+        raise NotImplementedError
+
+    def digit_count(self) -> int:
+        """Digits a static part renders (the same every second)."""
+        raise NotImplementedError
+
+    def max_length_for(self, max_value: int, min_value: int) -> int | None:
+        return self.max_length
+
+
+class _Literal(_Part):
+    static = True
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.min_length = self.max_length = len(text)
+
+    def pattern(self) -> str:
+        return re.escape(self.text)
+
+    def digit_count(self) -> int:
+        return len(_NON_DIGITS.sub("", self.text))
+
+
+class _Date(_Part):
+    """``{date}``, ``{date:%Y%m%d}``, ``{date:%Y%m%d,tz=Asia/Shanghai}``."""
+
+    static = True
+    name = "date"
+    digits = True
+
+    def __init__(self, field: _Field, parser: _Parser, default_tz: tzinfo) -> None:
+        self.start = field.start
+        self.spelled = parser.spelled(field)
+        self.tz = default_tz
+        self.tz_override = False
+        fmt, fmt_start = "%Y%m%d", field.arg_start
+        for i, (arg, position) in enumerate(parser.args(field)):
+            option = _OPTION.match(arg)
+            if option and option[1] == "tz":
+                self.tz = _zone(option[2], self.spelled, position, parser)
+                self.tz_override = True
+            elif option:
+                raise parser.error(
+                    f"{self.spelled}: unknown option {option[1]!r}; date takes tz=ZONE.", position
+                )
+            elif i == 0:
+                fmt, fmt_start = arg, position
+            else:
+                raise parser.error(
+                    f"{self.spelled}: the format comes first, then tz=ZONE; got {arg!r}.",
+                    position,
+                )
+        self.directives, self.format, self.fields, regex, length, digits = _compile_date(
+            fmt, fmt_start, self.spelled, parser
+        )
+        self.regex = regex
+        self.min_length = self.max_length = length
+        self._digit_count = digits
+
+    def text(self, local: datetime) -> str:
+        return self.format % tuple(get(local) for get in self.fields)
+
+    def pattern(self) -> str:
+        return self.regex
+
+    def digit_count(self) -> int:
+        return self._digit_count
+
+
+def _compile_date(
+    fmt: str, start: int, spelled: str, parser: _Parser
+) -> tuple[str, str, tuple[Callable[[datetime], int], ...], str, int, int]:
+    """(directives, %-format, field getters, regex, length, digit count) of a date format."""
+    directives, pieces, fields, regex = [], [], [], []
+    length = digits = 0
+    i = 0
+    while i < len(fmt):
+        char = fmt[i]
+        if char != "%":
+            pieces.append(char)
+            regex.append(re.escape(char))
+            length += 1
+            digits += char in _DIGITS
+            i += 1
+            continue
+        letter = fmt[i + 1 : i + 2]
+        if letter == "%":
+            pieces.append("%%")
+            regex.append("%")
+            length += 1
+        elif letter in _DIRECTIVES and letter:
+            spec, get, pattern = _DIRECTIVES[letter]
+            directives.append(letter)
+            pieces.append(spec)
+            fields.append(get)
+            regex.append(pattern)
+            width = int(spec[2])
+            length += width
+            digits += width
+        else:
+            allowed = " ".join("%" + d for d in _DIRECTIVES)
+            raise parser.error(
+                f"{spelled}: unsupported date directive {fmt[i : i + 2]!r}. Use one of "
+                f"{allowed} or %% (each has a fixed width, so numbers parse back and their "
+                f"length is known).",
+                start + i,
+            )
+        i += 2
+    if not directives:
+        raise parser.error(f"{spelled}: the date format has no directive such as %Y.", start)
+    return "".join(directives), "".join(pieces), tuple(fields), "".join(regex), length, digits
+
+
+def _zone(name: str, spelled: str, position: int, parser: _Parser) -> tzinfo:
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError) as exc:  # ZoneInfoNotFoundError is a KeyError
+        raise parser.error(f"{spelled}: unknown time zone {name!r}.", position) from exc
+
+
+class _Seq(_Part):
+    """``{seq}``, ``{seq:05}``, ``{seq:05,grow}``, ``{seq:base36}``, ``{seq:08,base62}``,
+    ``{seq:06,perm}``, ``{seq:short}``, ``{seq:short,min=6}``."""
+
+    name = "seq"
+    _FLAGS = ("grow", "base36", "base62", "perm", "short")
+
+    def __init__(self, field: _Field, parser: _Parser, key: bytes | None) -> None:
+        self.start = field.start
+        self.spelled = spelled = parser.spelled(field)
+        given = self._read_options(field, parser)  # option -> (value, position)
+
+        def refuse(message: str, option: str) -> TemplateError:
+            return parser.error(f"{spelled}: {message}", given[option][1])
+
+        size = given["size"][0] if "size" in given else None
+        self.grow = "grow" in given
+        radix = "base36" if "base36" in given else "base62" if "base62" in given else None
+        if "base36" in given and "base62" in given:
+            raise refuse("choose base36 or base62.", "base62")
+        if self.grow and size is None:
+            raise refuse("grow needs a width to grow from, e.g. {seq:05,grow}.", "grow")
+        if "min" in given and "short" not in given:
+            raise refuse("min= applies to short codes: {seq:short,min=6}.", "min")
+        if "short" in given and ("perm" in given or size is not None):
+            raise refuse("short codes take min=N, not a width or perm.", "short")
+        if "perm" in given and size is None:
+            raise refuse(
+                "perm needs a fixed width, e.g. {seq:06,perm}: it permutes the values of that "
+                "many digits.",
+                "perm",
+            )
+        if "perm" in given and (radix or self.grow):
+            raise refuse(
+                "perm permutes fixed-width decimal numbers; it takes no base36, base62 or grow.",
+                radix or "grow",
+            )
+
+        self.mode = "short" if "short" in given else "perm" if "perm" in given else "decimal"
+        if radix and self.mode == "decimal":
+            self.mode = "radix"
+        self.alphabet = obfuscation.BASE36 if radix == "base36" else obfuscation.BASE62
+        if self.mode in ("decimal", "perm"):
+            self.alphabet = _DIGITS
+        self.needs_key = self.mode in ("perm", "short")
+        self.size = size
+        """The declared width: exactly that many characters, at least with grow."""
+        self.limit = MAX_VALUE
+        """The largest value it can show."""
+        if size is not None:
+            most = _radix_width(len(self.alphabet))
+            if not 1 <= size <= most:
+                base = f"base{len(self.alphabet)}" if radix else "decimal"
+                raise refuse(
+                    f"width {size} is not between 1 and {most}: a sequence value is below "
+                    f"2**63, which takes at most {most} {base} digits.",
+                    "size",
+                )
+            if not self.grow:
+                self.limit = min(MAX_VALUE, len(self.alphabet) ** size - 1)
+
+        self._perm: obfuscation.Permutation | None = None
+        self._short: obfuscation.ShortCode | None = None
+        min_short = given["min"][0] if "min" in given else 0
+        if self.needs_key and key:  # compile() says that a key is missing
+            try:
+                if size is not None:
+                    self._perm = obfuscation.decimal_permutation(key, size)
+                else:
+                    self._short = obfuscation.ShortCode(
+                        key, alphabet=self.alphabet, min_length=min_short
+                    )
+            except (TemplateError, ValueError, TypeError) as exc:
+                raise parser.error(f"{spelled}: {exc}", field.start) from exc
+
+        self.digits = self.mode in ("decimal", "perm")
+        self.letters = f"{spelled} renders letters"
+        if self.mode == "short":
+            self.min_length, self.max_length = max(min_short, 2), None  # prefix + body
+        elif size is None:
+            self.min_length, self.max_length = 1, None
+        else:
+            self.min_length, self.max_length = size, None if self.grow else size
+        if self.digits and self.max_length is not None:
+            self.width = self.max_length
+
+    def _read_options(self, field: _Field, parser: _Parser) -> dict[str, tuple[int, int]]:
+        given: dict[str, tuple[int, int]] = {}
+        for arg, position in parser.args(field):
+            option = _OPTION.match(arg)
+            if _is_width(arg):
+                name, value = "size", int(arg)
+                if arg[0] != "0" or len(arg) < 2:
+                    raise parser.error(
+                        f"{self.spelled}: write the width zero-padded, e.g. {{seq:0{arg}}} for "
+                        f"exactly {arg} digits.",
+                        position,
+                    )
+            elif arg in self._FLAGS:
+                name, value = arg, 1
+            elif option and option[1] == "min":
+                name, value = "min", int(option[2]) if _is_width(option[2]) else -1
+                if not 0 <= value <= MAX_TEXT_WIDTH:
+                    raise parser.error(
+                        f"{self.spelled}: min= takes a length from 0 to {MAX_TEXT_WIDTH}.",
+                        position,
+                    )
+            else:
+                raise parser.error(
+                    f"{self.spelled}: unknown option {arg!r}. seq takes a width (05), grow, "
+                    f"base36, base62, perm, short, min=N.",
+                    position,
+                )
+            if name in given:
+                what = "two widths" if name == "size" else f"{arg!r} given twice"
+                raise parser.error(f"{self.spelled}: {what}.", position)
+            given[name] = (value, position)
+        return given
+
+    # rendering ------------------------------------------------------------------------------
+
+    def step(self, template: Template) -> Step:
+        limit, too_big, alphabet = self.limit, self._overflow(template), self.alphabet
+        if self.mode == "decimal" and self.size is None:
+
+            def plain(value: int, out: Any, frame: Any, context: Any, now: float) -> str:
+                if value.__class__ is int:
+                    return str(value)
+                raise too_big(value)
+
+            return plain
+        if self.mode == "decimal" or self.mode == "perm":
+            spec = f"%0{self.min_length}d"
+            perm = self._perm
+            if perm is not None:
+                forward = perm.forward
+
+                def permuted(value: int, out: Any, frame: Any, context: Any, now: float) -> str:
+                    if value.__class__ is int and 0 <= value <= limit:
+                        return spec % forward(value)
+                    raise too_big(value)
+
+                return permuted
+
+            def padded(value: int, out: Any, frame: Any, context: Any, now: float) -> str:
+                if value.__class__ is int and 0 <= value <= limit:
+                    return spec % value
+                raise too_big(value)
+
+            return padded
+        if self.mode == "radix":
+            encode, pad, zero = obfuscation.encode_radix, self.min_length, alphabet[0]
+
+            def radix(value: int, out: Any, frame: Any, context: Any, now: float) -> str:
+                if value.__class__ is int and 0 <= value <= limit:
+                    return encode(value, alphabet).rjust(pad, zero)
+                raise too_big(value)
+
+            return radix
+        short = self._short
+        assert short is not None
+        short_encode = short.encode
+
+        def shortcode(value: int, out: Any, frame: Any, context: Any, now: float) -> str:
+            if value.__class__ is int and 0 <= value <= limit:
+                return short_encode(value)
+            raise too_big(value)
+
+        return shortcode
+
+    def _overflow(self, template: Template) -> Callable[[Any], Exception]:
+        label = template.label
+        spelled, limit = self.spelled, self.limit
+
+        def error(value: Any) -> Exception:
+            if value.__class__ is not int:
+                return TypeError(
+                    f"Template {label!r}: the sequence value must be an int, got {value!r}."
+                )
+            if value < 0:
+                return SequenceExhausted(
+                    label,
+                    limit,
+                    f"Template {label!r}: the sequence value {value} is negative, and "
+                    f"{spelled} shows only values >= 0. Give the sequence min_value >= 0, or "
+                    f"use a plain {{seq}}.",
+                )
+            per_period = " per period" if template.period else ""
+            return SequenceExhausted(
+                label,
+                limit,
+                f"Template {label!r}: the sequence value {value} does not fit {spelled}, "
+                f"which holds values up to {limit:,}{per_period}. Widen the field, add "
+                f"',grow', reset the sequence per period, or set the sequence's max_value "
+                f"to {limit} so it stops (or cycles) there.",
+            )
+
+        return error
+
+    # parsing --------------------------------------------------------------------------------
+
+    def pattern(self) -> str:
+        chars = _char_class(self.alphabet)
+        if self.mode == "decimal" and self.size is None:
+            return "-?[0-9]+"
+        if self.max_length is not None:
+            return f"{chars}{{{self.max_length}}}"
+        return f"{chars}{{{self.min_length},}}"
+
+    def decode(self, text: str, template: Template) -> int:
+        try:
+            if self.mode == "decimal":
+                value = int(text)
+            elif self.mode == "radix":
+                value = obfuscation.decode_radix(text, self.alphabet)
+            elif self.mode == "perm":
+                assert self._perm is not None
+                value = self._perm.backward(int(text))
+            else:
+                assert self._short is not None
+                value = self._short.decode(text)
+        except (ValueError, KeyError) as exc:
+            raise InvalidNumber(
+                f"{text!r} is not a value of {self.spelled} in template {template.label!r}."
+            ) from exc
+        try:
+            again = template._seq_step(value, [], _EMPTY_FRAME, None, 0.0)
+        except (SequenceExhausted, TypeError):
+            again = None
+        if again != text:
+            raise InvalidNumber(
+                f"{text!r} is not how {self.spelled} writes a value in template "
+                f"{template.label!r} (expected {again!r})."
+            )
+        return value
+
+    def max_length_for(self, max_value: int, min_value: int) -> int | None:
+        if self.max_length is not None:
+            return self.max_length
+        if self.mode == "decimal":
+            longest = max(len(str(max_value)), len(str(min_value)))
+            return max(longest, self.min_length)
+        if self.mode == "radix":
+            longest = len(obfuscation.encode_radix(max(max_value, 0), self.alphabet))
+            return max(longest, self.min_length)
+        if self._short is not None:
+            return self._short.max_length(max(max_value, 0))
+        return None
+
+
+def _radix_width(base: int) -> int:
+    """Digits of base ``base`` that hold every value up to 2**63 - 1."""
+    width = 1
+    while base**width <= MAX_VALUE:
+        width += 1
+    return width
+
+
+def _char_class(alphabet: str) -> str:
+    if alphabet == _DIGITS:
+        return "[0-9]"
+    return "[" + "".join("\\" + c if c in "\\]^-[" else c for c in alphabet) + "]"
+
+
+class _Ctx(_Part):
+    """``{ctx.area}``, ``{ctx.area:3}``, ``{ctx.area:03}``, ``{ctx.area:digits}``."""
+
+    def __init__(self, field: _Field, parser: _Parser) -> None:
+        self.start = field.start
+        self.spelled = spelled = parser.spelled(field)
+        self.name = field.kind
+        self.path = tuple(field.kind.split(".")[1:])
+        if not self.path or not all(_NAME.match(p) for p in self.path):
+            raise parser.error(
+                f"{spelled}: a context name is letters, digits and '_' after 'ctx.', "
+                f"starting with a letter (e.g. {{ctx.area}} or {{ctx.warehouse.code}}).",
+                field.start + 1,
+            )
+        size = None
+        self.padded = False  # {ctx.area:03}: an int, zero-padded
+        self.digits = False
+        for arg, position in parser.args(field):
+            if _is_width(arg) and size is None:
+                self.padded = len(arg) > 1 and arg[0] == "0"
+                size = _width(spelled, arg, position, MAX_TEXT_WIDTH, parser)
+                self.digits = self.digits or self.padded
+            elif arg == "digits" and not self.digits:
+                self.digits = True
+            else:
+                raise parser.error(
+                    f"{spelled}: unknown or repeated option {arg!r}. A context part takes a "
+                    f"width (3: exactly 3 characters; 03: an int zero-padded to 3 digits) "
+                    f"and 'digits'.",
+                    position,
+                )
+        self.min_length, self.max_length = size or 1, size
+        if self.digits:
+            self.width = size
+        self.letters = (
+            f"{spelled} may render letters; write {{{self.name}:digits}} (or a zero-padded "
+            f"width like {{{self.name}:03}}) if it holds digits only, or name the parts the "
+            f"check covers, e.g. {{check:luhn,seq}}"
+        )
+
+    def pattern(self) -> str:
+        chars = "[0-9]" if self.digits else _CONTEXT_CHAR
+        return f"{chars}{{{self.max_length}}}" if self.max_length else f"{chars}+?"
+
+    def value(self, context: Any, label: str) -> str:
+        """Looks up and validates the value (once per render or batch)."""
+        found = context
+        for attr in self.path:
+            if found is None:
+                break
+            try:
+                found = found[attr] if isinstance(found, Mapping) else getattr(found, attr)
+            except (KeyError, AttributeError):
+                found = None
+                break
+        where = f"Template {label!r}: {self.spelled}"
+        if found is None:
+            if context is None:
+                raise InvalidKey(f"{where} needs a context; pass render(..., context=...).")
+            raise InvalidKey(f"{where}: the context has no value {'.'.join(self.path)!r}.")
+        if found.__class__ is bool or not isinstance(found, int | str):
+            raise InvalidKey(f"{where}: expected a str or int, got {type(found).__name__}.")
+        if self.padded:
+            return self._padded(found, where)
+        text = str(found)
+        if not text or _BAD_CONTEXT_CHARS.search(text):
+            raise InvalidKey(f"{where}: {text!r} is empty or holds a brace or a control character.")
+        if self.max_length is not None and len(text) != self.max_length:
+            raise InvalidKey(
+                f"{where}: {text!r} has {len(text)} characters, not exactly {self.max_length}."
+            )
+        if self.digits and not (text.isascii() and text.isdigit()):
+            raise InvalidKey(f"{where}: {text!r} is not all digits.")
+        return text
+
+    def _padded(self, found: int | str, where: str) -> str:
+        if isinstance(found, str):
+            if not (found.isascii() and found.isdigit()):
+                raise InvalidKey(f"{where}: {found!r} is not a number.")
+            found = int(found)
+        assert self.max_length is not None
+        if not 0 <= found < 10**self.max_length:
+            raise InvalidKey(
+                f"{where}: {found} does not fit {self.max_length} digits (0 to "
+                f"{10**self.max_length - 1})."
+            )
+        return f"{found:0{self.max_length}d}"
+
+
+class _Random(_Part):
+    """``{random:6}``, ``{random:6,hex}``, ``{random:6,upper}``, ``{random:6,alnum}``."""
+
+    name = "random"
+    _ALPHABETS = {"digits": _DIGITS, "hex": _HEX, "upper": _UPPER, "alnum": _ALNUM}
+
+    def __init__(self, field: _Field, parser: _Parser) -> None:
+        self.start = field.start
+        self.spelled = spelled = parser.spelled(field)
+        args = parser.args(field)
+        if not args or not _is_width(args[0][0]):
+            raise parser.error(
+                f"{spelled}: random needs a width first, e.g. {{random:6}}.", field.start
+            )
+        size = _width(spelled, args[0][0], args[0][1], MAX_TEXT_WIDTH, parser)
+        kind = "digits"
+        for arg, position in args[1:]:
+            if arg not in self._ALPHABETS or kind != "digits":
+                raise parser.error(
+                    f"{spelled}: unknown or extra option {arg!r}; random takes one of "
+                    f"hex, upper, alnum (default: digits).",
+                    position,
+                )
+            kind = arg
+        self.alphabet = self._ALPHABETS[kind]
+        self.min_length = self.max_length = size
+        self.digits = kind == "digits"
+        self.width = size if self.digits else None
+        self.letters = f"{spelled} renders letters"
+
+    def step(self, template: Template) -> Step:
+        size, alphabet = self.min_length, self.alphabet
+        spec, bound = f"%0{size}d", 10**size
+        if self.digits:
+
+            def digits(value: int, out: Any, frame: Any, context: Any, now: float) -> str:
+                return spec % secrets.randbelow(bound)
+
+            return digits
+        choice = secrets.choice
+
+        def letters(value: int, out: Any, frame: Any, context: Any, now: float) -> str:
+            return "".join([choice(alphabet) for _ in range(size)])
+
+        return letters
+
+    def pattern(self) -> str:
+        return f"{_char_class(self.alphabet)}{{{self.min_length}}}"
+
+
+class _Custom(_Part):
+    """``{custom:dotted.path.Class}``, ``{custom:dotted.path.Class:arg}``, or a name registered
+    with ``compile(parts=...)``: ``{region}``, ``{region:arg}``."""
+
+    def __init__(self, field: _Field, parser: _Parser, cls: type | str | None) -> None:
+        self.start = field.start
+        self.spelled = spelled = parser.spelled(field)
+        arg = field.arg or ""
+        if cls is None:  # {custom:path[:arg]}
+            path, _, arg = arg.partition(":")
+            cls = path
+            self.name = "custom"
+        else:
+            self.name = field.kind
+        if isinstance(cls, str):
+            cls = _import(
+                cls, spelled, field.arg_start if self.name == "custom" else field.start, parser
+            )
+        try:
+            part = cls(arg)
+        except TemplateError as exc:
+            raise parser.error(f"{spelled}: {exc}", field.start) from exc
+        except Exception as exc:
+            raise parser.error(
+                f"{spelled}: {cls.__qualname__}({arg!r}) failed: {exc!r}", field.start
+            ) from exc
+        self.part = part
+        order = getattr(part, "order", 0)
+        longest = getattr(part, "max_length", None)
+        shortest = getattr(part, "min_length", 0)
+        pattern = getattr(part, "pattern", None)
+        problems = []
+        if order.__class__ is not int:
+            problems.append(f"order must be an int, got {order!r}")
+        if longest is not None and (longest.__class__ is not int or longest < 0):
+            problems.append(f"max_length must be an int >= 0 or None, got {longest!r}")
+        if shortest.__class__ is not int or shortest < 0:
+            problems.append(f"min_length must be an int >= 0, got {shortest!r}")
+        elif longest.__class__ is int and shortest > longest:
+            problems.append(f"min_length {shortest} exceeds max_length {longest}")
+        if pattern is not None and not isinstance(pattern, str):
+            problems.append(f"pattern must be a str or None, got {pattern!r}")
+        elif pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append(f"pattern {pattern!r} is not a valid regular expression ({exc})")
+        if not callable(getattr(part, "render", None)):
+            problems.append("it has no render(ctx) method")
+        if problems:
+            raise parser.error(f"{spelled}: " + "; ".join(problems) + ".", field.start)
+        self.order = order
+        self.min_length, self.max_length = shortest, longest
+        self.custom_pattern = pattern
+        self.digits = bool(getattr(part, "digits", False))
+        self.letters = f"{spelled} does not declare digits = True (a check reads only digits)"
+        self.width = longest if self.digits and shortest == longest else None
+
+    def step(self, template: Template) -> Step:
+        render, label, spelled = self.part.render, template.label, self.spelled
+        shortest, longest = self.min_length, self.max_length
+        position, names, tz = template._parts.index(self), template._names, template.tz
+
+        def custom(value: int, out: list[Any], frame: Any, context: Any, now: float) -> str:
+            ctx = RenderContext(
+                value, datetime.fromtimestamp(now, tz), context, out, position, names
+            )
+            text = render(ctx)
+            if (
+                not isinstance(text, str)
+                or len(text) < shortest
+                or (longest is not None and len(text) > longest)
+            ):
+                raise TemplateError(
+                    f"Template {label!r}: custom part {spelled} rendered {text!r}, outside "
+                    f"its declared min_length {shortest} / max_length {longest}."
+                )
+            return text
+
+        return custom
+
+    def pattern(self) -> str:
+        if self.custom_pattern is not None:
+            return f"(?:{self.custom_pattern})"
+        most = "" if self.max_length is None else self.max_length
+        return f".{{{self.min_length},{most}}}?"
+
+
+def _import(path: str, spelled: str, position: int, parser: _Parser) -> type:
+    module_name, _, attr = path.rpartition(".")
+    try:
+        if not module_name:
+            raise ImportError(f"{path!r} is not a dotted path")
+        found = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:  # whatever importing it raised
+        raise parser.error(
+            f"{spelled}: cannot import custom part {path!r} ({exc}).", position
+        ) from exc
+    if not isinstance(found, type):
+        raise parser.error(f"{spelled}: {path!r} is not a class.", position)
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Check parts
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """A check algorithm that is a sum modulo ``modulus`` of one term per digit, the term
+    depending only on the digit and its distance from the check (0: the digit next to it):
+    ``terms[distance % len(terms)][digit]``; the check is ``finals[sum % modulus]``."""
+
+    modulus: int
+    terms: tuple[tuple[int, ...], ...]
+    finals: tuple[str, ...]
+
+    def total(self, digits: str, distance: int = 0) -> int:
+        terms, period = self.terms, len(self.terms)
+        total = 0
+        for i, char in enumerate(reversed(digits), distance):
+            total += terms[i % period][ord(char) - 48]
+        return total % self.modulus
+
+    def compute(self, digits: str) -> str:
+        return self.finals[self.total(digits)]
+
+
+def _weighted(
+    modulus: int, period: int, weight: Callable[[int], int]
+) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(d * weight(j) % modulus for d in range(10)) for j in range(period))
+
+
+_LINEAR: dict[str, Callable[[], _Linear]] = {
+    # Luhn: every second digit from the right doubled, digit sums added, mod 10
+    "luhn": lambda: _Linear(
+        10,
+        ((0, 2, 4, 6, 8, 1, 3, 5, 7, 9), tuple(range(10))),
+        tuple(str(-r % 10) for r in range(10)),
+    ),
+    # ISO 7064 MOD 11-2: sum of d * 2**(distance + 1) mod 11; check (12 - sum) % 11, 10 -> X
+    "mod11_2": lambda: _Linear(
+        11,
+        _weighted(11, 10, lambda j: pow(2, j + 1, 11)),
+        tuple("0123456789X"[(12 - r) % 11] for r in range(11)),
+    ),
+    # ISO 7064 MOD 97-10: the number * 100 mod 97; check 98 - that, two digits
+    "mod97_10": lambda: _Linear(
+        97,
+        _weighted(97, 96, lambda j: pow(10, j + 2, 97)),
+        tuple(f"{98 - r:02d}" for r in range(97)),
+    ),
+    # jd (seed 000): the number * 9 % 31 % 10
+    "jd": lambda: _Linear(
+        31,
+        _weighted(31, 15, lambda j: pow(10, j, 31)),
+        tuple(str(r * 9 % 31 % 10) for r in range(31)),
+    ),
+}
+
+
+@cache
+def _linear(name: str) -> _Linear | None:
+    """The fast form of algorithm ``name``, if it has one and it agrees with
+    ``checksums.get(name).compute`` on sample inputs."""
+    build = _LINEAR.get(name)
+    if build is None:
+        return None
+    fast, reference = build(), checksums.get(name)
+    samples = [str(7**k) for k in range(1, 60)] + ["00" + str(3**k) for k in range(1, 40)]
+    if any(fast.compute(digits) != reference.compute(digits) for digits in samples):
+        return None
+    return fast
+
+
+@cache
+def _block_table(name: str, distance: int) -> tuple[int, ...]:
+    """The sum, mod the modulus, of each 3-digit block 000..999 whose last digit is at
+    ``distance`` from the check."""
+    linear = _linear(name)
+    assert linear is not None
+    return tuple(linear.total(f"{block:03d}", distance) for block in range(1000))
+
+
+class _Check(_Part):
+    """``{check:luhn}`` (the digits of everything to its left) or ``{check:luhn,seq,date}``
+    (the digits of the parts named, to its left)."""
+
+    name = "check"
+    order = CHECK_ORDER
+
+    def __init__(self, field: _Field, parser: _Parser) -> None:
+        self.start = field.start
+        self.spelled = spelled = parser.spelled(field)
+        args = parser.args(field)
+        if not args:
+            raise parser.error(
+                f"{spelled}: name an algorithm: {{check:luhn}}; one of "
+                f"{', '.join(sorted(checksums.ALGORITHMS))}.",
+                field.start,
+            )
+        algorithm, position = args[0]
+        if algorithm not in checksums.ALGORITHMS:
+            raise parser.error(
+                f"{spelled}: unknown check algorithm {algorithm!r}; one of "
+                f"{', '.join(sorted(checksums.ALGORITHMS))}.",
+                position,
+            )
+        self.algorithm_name = algorithm
+        self.algorithm: checksums.CheckAlgorithm = checksums.ALGORITHMS[algorithm]
+        self.scope = args[1:]  # [(part name, position)]
+        self.min_length = self.max_length = self.algorithm.width
+        self.digits = set(self.algorithm.alphabet) <= set(_DIGITS)
+        self.width = self.max_length if self.digits else None
+        self.letters = f"{spelled} may render {self.algorithm.alphabet[10:]!r}"
+        self.position = 0  # its own position, set by resolve()
+        self.covered: list[int] = []  # positions of the parts it covers
+        self.fast: _Linear | None = None  # set by step() when the fast form applies
+        self.statics: list[tuple[int, int]] = []  # (position, distance) of covered statics
+
+    def resolve(self, parts: list[_Part], position: int, parser: _Parser) -> None:
+        """Finds the parts it covers (all to its left) and checks that it can read them."""
+        self.position = position
+        if not self.scope:
+            self.covered = list(range(position))
+        for name, where in self.scope:
+            left = [i for i, p in enumerate(parts[:position]) if p.name == name]
+            if not left:
+                right = any(p.name == name for p in parts[position + 1 :])
+                raise parser.error(
+                    f"{self.spelled}: check digit before its input {name!r}: a check covers "
+                    f"parts to its left."
+                    if right
+                    else f"{self.spelled}: no part named {name!r} in the template.",
+                    where,
+                )
+            self.covered.extend(left)
+        self.covered.sort()
+        fields = [parts[i] for i in self.covered if not isinstance(parts[i], _Literal)]
+        if not fields:
+            raise parser.error(
+                f"{self.spelled}: check digit before its input: there is no field to its left "
+                f"for it to check.",
+                self.start,
+            )
+        for part in fields:
+            if not part.static and not part.digits:
+                raise parser.error(
+                    f"{self.spelled} covers {part.spelled}, but {part.letters}; the check "
+                    f"algorithms read digits only, so a typo in those letters would pass.",
+                    part.start,
+                )
+            if part.order > self.order:
+                raise parser.error(
+                    f"{self.spelled}: check digit before its input: it runs (order "
+                    f"{self.order}) before {part.spelled} (order {part.order}).",
+                    part.start,
+                )
+
+    def step(self, template: Template) -> Step:
+        parts = template._parts
+        fast = _linear(self.algorithm_name)
+        if fast is None or any(
+            not parts[i].static and parts[i].width is None for i in self.covered
+        ):
+            return self._slow_step(template)
+        # Distances from the check of each covered part's last digit; the dynamic parts are
+        # fixed-width runs of digits, the static parts have a fixed digit count.
+        distance = 0
+        statics: list[tuple[int, int]] = []  # (position, distance)
+        dynamic: list[tuple[int, tuple[tuple[int, tuple[int, ...]], ...]]] = []
+        for i in reversed(self.covered):
+            part = parts[i]
+            if part.static:
+                statics.append((i, distance))
+                distance += part.digit_count()
+                continue
+            assert part.width is not None
+            blocks = tuple(
+                (1000**k, _block_table(self.algorithm_name, (distance + 3 * k) % len(fast.terms)))
+                for k in range((part.width + 2) // 3)
+            )
+            source = -1 if isinstance(part, _Seq) and part._perm is None else i
+            dynamic.append((source, blocks))
+            distance += part.width
+        self.statics, self.fast = statics, fast
+        index = template._checks.index(self)
+        finals, modulus = fast.finals, fast.modulus
+
+        def check(value: int, out: list[Any], frame: _Frame, context: Any, now: float) -> str:
+            total = frame.check_totals[index]
+            for source, blocks in dynamic:
+                number = value if source < 0 else int(out[source])
+                for divisor, table in blocks:
+                    total += table[number // divisor % 1000]
+            return finals[total % modulus]
+
+        return check
+
+    def frame_total(self, pieces: list[Any]) -> int:
+        """The frame's share of the fast check sum."""
+        fast = self.fast
+        if fast is None:
+            return 0
+        return sum(fast.total(_NON_DIGITS.sub("", pieces[i]), d) for i, d in self.statics)
+
+    def _slow_step(self, template: Template) -> Step:
+        covered, compute = self.covered, self.algorithm.compute
+
+        def check(value: int, out: list[Any], frame: Any, context: Any, now: float) -> str:
+            return compute(_NON_DIGITS.sub("", "".join([out[i] for i in covered])))
+
+        return check
+
+    def pattern(self) -> str:
+        return f"{_char_class(self.algorithm.alphabet)}{{{self.algorithm.width}}}"
+
+
+# --------------------------------------------------------------------------------------------
+# The compiled template
+
+
+class _Frame:
+    """What one wall-clock second renders: the static pieces, the period stamp and each fast
+    check's share of its sum."""
+
+    __slots__ = ("check_totals", "local", "pieces", "second", "stamp")
+
+    def __init__(
+        self,
+        second: int | None,
+        pieces: list[Any],
+        local: datetime | None,
+        stamp: str,
+        check_totals: list[int],
+    ) -> None:
+        self.second = second
+        self.pieces = pieces  # str, or None where a dynamic part goes
+        self.local = local  # the second in the period's zone
+        self.stamp = stamp  # the stamp of the template's period
+        self.check_totals = check_totals
+
+
+_EMPTY_FRAME = _Frame(None, [], None, "", [])
+
+
+class Template:
+    """A compiled template; make one with :func:`compile`."""
+
+    def __init__(
+        self,
+        text: str,
+        parts: list[_Part],
+        *,
+        tz: tzinfo,
+        name: str,
+    ) -> None:
+        self.text = text
+        self.name = name
+        self.label = name or text
+        """How messages name the template: its name, else its text."""
+        self.tz = tz
+        self._parts = parts
+        self._names = tuple(p.name for p in parts)
+        self._seq: _Seq = next(p for p in parts if isinstance(p, _Seq))
+        self.needs_key = self._seq.needs_key
+        self._checks = [p for p in parts if isinstance(p, _Check)]
+        self.period_tz, self.period = _infer_period([p for p in parts if isinstance(p, _Date)], tz)
+        self.min_length = sum(p.min_length for p in parts)
+        lengths = [p.max_length for p in parts]
+        self.max_length = None if None in lengths else sum(cast(list[int], lengths))
+
+        dates = [(i, p) for i, p in enumerate(parts) if isinstance(p, _Date)]
+        self._dates = dates
+        self._zones = {p.tz for _, p in dates} | ({self.period_tz} if self.period else set())
+        self._timeless = not dates and not any(isinstance(p, _Custom) for p in parts)
+        dynamic = [(p.order, i, p) for i, p in enumerate(parts) if not p.static]
+        self._context_steps = [
+            (i, p) for _, i, p in sorted(dynamic, key=lambda t: t[:2]) if isinstance(p, _Ctx)
+        ]
+        self._seq_step = self._seq.step(self)
+        self._steps = [
+            (i, self._seq_step if p is self._seq else p.step(self))
+            for _, i, p in sorted(dynamic, key=lambda t: t[:2])
+            if not isinstance(p, _Ctx)
+        ]
+        self._static_pieces: list[str | None] = [
+            p.text if isinstance(p, _Literal) else None for p in parts
+        ]
+        self._frame = self._make_frame(None)
+        keys: dict[str, int] = {}
+        self._keys: list[tuple[int, str]] = []  # (position, parse key)
+        for i, p in enumerate(parts):
+            if p.name:
+                keys[p.name] = keys.get(p.name, 0) + 1
+                self._keys.append((i, p.name if keys[p.name] == 1 else f"{p.name}#{keys[p.name]}"))
+        self.fields = tuple(key for _, key in self._keys)
+        """The keys of :meth:`parse`, in template order (a repeated name gets ``#2``, ``#3``)."""
+        self._regex = re.compile(
+            "".join(
+                p.pattern() if isinstance(p, _Literal) else f"(?P<g{i}>{p.pattern()})"
+                for i, p in enumerate(parts)
+            ),
+            re.DOTALL,
+        )
+
+    def __repr__(self) -> str:
+        return f"<Template {self.text!r}>"
+
+    # time -----------------------------------------------------------------------------------
+
+    def _make_frame(self, second: int | None) -> _Frame:
+        pieces = list(self._static_pieces)
+        stamp, period_local = "", None
+        if second is not None:
+            local = {zone: datetime.fromtimestamp(second, zone) for zone in self._zones}
+            for i, part in self._dates:
+                pieces[i] = part.text(local[part.tz])
+            if self.period:
+                period_local = local[self.period_tz]
+                stamp = _format_stamp(_PERIODS[self.period], period_local)
+        ready = second is not None or self._timeless  # else a placeholder, never rendered from
+        totals = [c.frame_total(pieces) for c in self._checks] if ready else []
+        frame = _Frame(second, pieces, period_local, stamp, totals)
+        self._frame = frame
+        return frame
+
+    def _timestamp(self, now: float | datetime | None) -> float:
+        if now is None:
+            return _wall()
+        if isinstance(now, datetime):
+            if now.tzinfo is None or now.utcoffset() is None:
+                raise ValueError(
+                    f"Template {self.label!r}: 'now' must be an aware datetime (or epoch "
+                    f"seconds), got the naive {now!r}."
+                )
+            return now.timestamp()
+        return float(now)
+
+    def _frame_at(self, now: float) -> _Frame:
+        second = int(now)
+        if second > now:  # int() rounds towards 0; floor for times before 1970
+            second -= 1
+        frame = self._frame
+        return frame if frame.second == second else self._make_frame(second)
+
+    def period_stamp(
+        self, now: datetime | float | None = None, *, period: str | None = None
+    ) -> str:
+        """The key of the period holding ``now`` (default: the current time) in the period's
+        time zone: ``"20261122"`` for a daily period; ``""`` without a period. ``period``
+        asks for a coarser period than :attr:`period` (a daily counter for a template that
+        shows the hour). Pass the same ``now`` to :meth:`render` so the stamp and the
+        rendered date agree."""
+        if period is None or period == self.period:
+            return self._frame_at(self._timestamp(now)).stamp if self.period else ""
+        if period not in _PERIODS:
+            raise TemplateError(f"Unknown period {period!r}; one of {', '.join(_PERIODS)}.")
+        order = list(_PERIODS)
+        if self.period is None or order.index(period) > order.index(self.period):
+            shows = f"a whole {self.period}" if self.period else "no whole year"
+            raise TemplateError(
+                f"Template {self.label!r} shows {shows}, not every {period}: a counter per "
+                f"{period} would repeat numbers."
+            )
+        local = self._frame_at(self._timestamp(now)).local
+        assert local is not None
+        return _format_stamp(_PERIODS[period], local)
+
+    # rendering ------------------------------------------------------------------------------
+
+    def render(
+        self, value: int, *, now: float | datetime | None = None, context: Any = None
+    ) -> str:
+        """The number for sequence value ``value`` at ``now`` (epoch seconds or an aware
+        datetime; default: the current time). ``context`` is a mapping or an object whose
+        attributes the ``ctx.`` parts read."""
+        frame = self._frame
+        if self._timeless:
+            t = 0.0
+        else:
+            t = _wall() if now is None else self._timestamp(now)
+            second = int(t)
+            if frame.second != second or second > t:
+                frame = self._frame_at(t)
+        out = frame.pieces.copy()
+        if self._context_steps:
+            label = self.label
+            for i, part in self._context_steps:
+                out[i] = part.value(context, label)
+        for i, step in self._steps:
+            out[i] = step(value, out, frame, context, t)
+        return "".join(out)
+
+    def render_many(
+        self,
+        values: Iterable[int],
+        *,
+        now: float | datetime | None = None,
+        context: Any = None,
+    ) -> list[str]:
+        """:meth:`render` for each value, sharing one instant and one context lookup."""
+        t = 0.0 if self._timeless else self._timestamp(now)
+        frame = self._frame if self._timeless else self._frame_at(t)
+        base = frame.pieces.copy()
+        for i, part in self._context_steps:
+            base[i] = part.value(context, self.label)
+        steps, join, numbers = self._steps, "".join, []
+        for value in values:
+            out = base.copy()
+            for i, step in steps:
+                out[i] = step(value, out, frame, context, t)
+            numbers.append(join(out))
+        return numbers
+
+    # lengths --------------------------------------------------------------------------------
+
+    def max_length_for(self, max_value: int, *, min_value: int = 0) -> int | None:
+        """The longest rendering when the sequence stays within ``min_value … max_value``;
+        None if a part other than ``seq`` is unbounded."""
+        total = 0
+        for part in self._parts:
+            length = part.max_length_for(max_value, min_value)
+            if length is None:
+                return None
+            total += length
+        return total
+
+    # parsing --------------------------------------------------------------------------------
+
+    def parse(self, number: str) -> dict[str, Any]:
+        """Splits ``number`` into its fields: ``{"seq": int, "date": str, "ctx.area": str,
+        "random": str, "check": str, …}``; a field that appears twice is keyed ``name#2``.
+        Raises :class:`InvalidNumber` when it does not match or a check digit is wrong."""
+        if not isinstance(number, str):
+            raise InvalidNumber(f"Expected a str, got {type(number).__name__}.")
+        match = self._regex.fullmatch(number)
+        if match is None:
+            raise InvalidNumber(self._mismatch(number))
+        texts: list[str] = [
+            p.text if isinstance(p, _Literal) else match[f"g{i}"] for i, p in enumerate(self._parts)
+        ]
+        for check in self._checks:
+            position = check.position
+            digits = _NON_DIGITS.sub("", "".join(texts[i] for i in check.covered))
+            if not digits or check.algorithm.compute(digits) != texts[position]:
+                raise InvalidNumber(
+                    f"{number!r}: the check characters {texts[position]!r} of "
+                    f"{check.spelled} do not match the rest of the number (a typo, or not a "
+                    f"number of template {self.label!r})."
+                )
+        found: dict[str, Any] = {}
+        for i, key in self._keys:
+            part = self._parts[i]
+            found[key] = part.decode(texts[i], self)
+        return found
+
+    def is_valid(self, number: str) -> bool:
+        """True if :meth:`parse` accepts ``number``."""
+        try:
+            self.parse(number)
+        except InvalidNumber:
+            return False
+        return True
+
+    def _mismatch(self, number: str) -> str:
+        """Says which part of the template ``number`` stops matching."""
+        prefix = ""
+        for i, part in enumerate(self._parts):
+            prefix += part.pattern() if isinstance(part, _Literal) else f"(?:{part.pattern()})"
+            if re.match(prefix, number, re.DOTALL) is None:
+                what = repr(part.text) if isinstance(part, _Literal) else part.spelled
+                return (
+                    f"{number!r} does not match template {self.label!r}: expected {what} "
+                    f"after the first characters that match the parts before it."
+                    if i
+                    else f"{number!r} does not match template {self.label!r}: it does not "
+                    f"start with {what}."
+                )
+        return f"{number!r} does not match template {self.label!r}: it is too long."
+
+
+def _infer_period(dates: list[_Date], tz: tzinfo) -> tuple[tzinfo, str | None]:
+    """(zone, period): the finest period the date parts identify completely (a day needs a
+    year, a month and a day, or a year and a day of the year)."""
+    zone = tz
+    zones = {d.tz for d in dates}
+    if dates and all(d.tz_override for d in dates) and len(zones) == 1:
+        zone = zones.pop()
+    have = set("".join(d.directives for d in dates if d.tz == zone))
+    year = bool(have & {"Y", "y"})
+    month = year and "m" in have
+    day = (month and "d" in have) or (year and "j" in have)
+    hour = day and "H" in have
+    minute = hour and "M" in have
+    second = minute and "S" in have
+    known = dict(year=year, month=month, day=day, hour=hour, minute=minute, second=second)
+    return zone, next((p for p in reversed(_PERIODS) if known[p]), None)
+
+
+def _format_stamp(fmt: str, local: datetime) -> str:
+    return "".join(_DIRECTIVES[letter][0] % _DIRECTIVES[letter][1](local) for letter in fmt[1::2])
+
+
+# --------------------------------------------------------------------------------------------
+# compile()
+
+
+def compile(
+    text: str,
+    *,
+    tz: tzinfo | str = UTC,
+    key: bytes | None = None,
+    parts: Mapping[str, str | type] | None = None,
+    name: str = "",
+) -> Template:
+    """Compiles ``text`` into a :class:`Template`. ``tz`` is the time zone of date parts and
+    periods (a tzinfo or a zone name); ``key`` the obfuscation key (``perm``, ``short``);
+    ``parts`` registers custom part names (``{"region": "myapp.parts.Region"}``); ``name``
+    names the template in errors (the sequence's name). Raises :class:`TemplateError`."""
+    if not isinstance(text, str):
+        raise TemplateError(f"A template is a str, got {type(text).__name__}.")
+    parser = _Parser(text)
+    if not text:
+        raise TemplateError("Empty template: it must contain {seq}, e.g. 'SO{seq:08}'.")
+    if isinstance(tz, str):
+        try:
+            tz = ZoneInfo(tz)
+        except (ValueError, KeyError, OSError) as exc:
+            raise TemplateError(f"Unknown time zone {tz!r}.", template=text) from exc
+    registered = dict(parts or {})
+    for short_name in registered:
+        if not _NAME.match(short_name) or short_name in BUILTIN_KINDS:
+            raise TemplateError(
+                f"Custom part name {short_name!r} must be letters, digits and '_' (starting "
+                f"with a letter) and not one of {', '.join(BUILTIN_KINDS)}.",
+                template=text,
+            )
+
+    built: list[_Part] = []
+    for token in parser.tokens():
+        if isinstance(token, str):
+            built.append(_Literal(token))
+            continue
+        kind = token.kind
+        if kind == "seq":
+            built.append(_Seq(token, parser, key))
+        elif kind == "date":
+            built.append(_Date(token, parser, tz))
+        elif kind == "ctx" or kind.startswith("ctx."):
+            built.append(_Ctx(token, parser))
+        elif kind == "random":
+            built.append(_Random(token, parser))
+        elif kind == "check":
+            built.append(_Check(token, parser))
+        elif kind == "custom":
+            if not token.arg:
+                raise parser.error(
+                    "{custom:...} names a class: {custom:myapp.parts.Region} or "
+                    "{custom:myapp.parts.Region:arg}.",
+                    token.start,
+                )
+            built.append(_Custom(token, parser, None))
+        elif kind in registered:
+            built.append(_Custom(token, parser, registered[kind]))
+        else:
+            known = ["seq", "date", "ctx.NAME", "random", "check", "custom", *registered]
+            what = f"Unknown part {{{kind}}}" if kind else "Empty field {}"
+            raise parser.error(
+                f"{what}; known: {', '.join(known)} (write '{{{{' for a literal '{{').",
+                token.start,
+            )
+
+    seqs = [p for p in built if isinstance(p, _Seq)]
+    if not seqs:
+        raise TemplateError(
+            "The template has no {seq}: a number must contain the sequence value, or it is "
+            "not unique.",
+            template=text,
+        )
+    if len(seqs) > 1:
+        raise parser.error("More than one {seq}: a template shows the value once.", seqs[1].start)
+    if seqs[0].needs_key and not key:
+        raise parser.error(
+            f"{seqs[0].spelled} needs an obfuscation key: set "
+            f'DJANGO_SEQUENCES["OBFUSCATION_KEY"] (or pass key=... to compile()).',
+            seqs[0].start,
+        )
+    for position, part in enumerate(built):
+        if isinstance(part, _Check):
+            part.resolve(built, position, parser)
+    return Template(text, built, tz=tz, name=name)
