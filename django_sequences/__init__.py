@@ -3,7 +3,7 @@
 The public API is re-exported lazily, so ``import django_sequences`` works before Django is set
 up::
 
-    from django_sequences import next_value, next_values, get_sequence
+    from django_sequences import next_value, next_values, get_sequence, next_number
 """
 
 from __future__ import annotations
@@ -12,21 +12,48 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+_API = ("SequenceHandle", "explain", "get_sequence", "next_value", "next_values")
+_NUMBERS = (
+    "anext_number",
+    "anext_numbers",
+    "next_number",
+    "next_numbers",
+    "parse_number",
+    "validate_number",
+)
 __all__ = [
     "SequenceHandle",
+    "anext_number",
+    "anext_numbers",
     "explain",
     "get_sequence",
+    "next_number",
+    "next_numbers",
     "next_value",
     "next_values",
+    "parse_number",
+    "validate_number",
 ]
 
 if TYPE_CHECKING:
     from .api import SequenceHandle, explain, get_sequence, next_value, next_values
+    from .numbers import (
+        anext_number,
+        anext_numbers,
+        next_number,
+        next_numbers,
+        parse_number,
+        validate_number,
+    )
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in _API:
         from . import api
 
         return getattr(api, name)
+    if name in _NUMBERS:
+        from . import numbers
+
+        return getattr(numbers, name)
     raise AttributeError(f"module 'django_sequences' has no attribute {name!r}")

@@ -7,8 +7,8 @@ from typing import Any
 from .conf import app_settings
 from .core.base import IdGenerator, KeyedGenerator, Status
 from .core.validation import check_count
-from .exceptions import InvalidDefinition, InvalidKey
-from .registry import _generators, get
+from .exceptions import InvalidDefinition, InvalidKey, SequenceError
+from .registry import _generators, get, refused
 
 
 def next_value(name: str, *, key: str | None = None, using: str | None = None) -> int:
@@ -20,9 +20,13 @@ def next_value(name: str, *, key: str | None = None, using: str | None = None) -
         gen = _generators[using][name]
     except (KeyError, TypeError):
         gen = get(name, using)
-    if key is None:
-        return gen.next()
-    return _keyed(gen, key).next_for(key)
+    try:
+        if key is None:
+            return gen.next()
+        return _keyed(gen, key).next_for(key)
+    except SequenceError as exc:
+        refused(name, exc)
+        raise
 
 
 def next_values(
@@ -35,9 +39,13 @@ def next_values(
     """
     check_count(count, app_settings.MAX_BATCH)
     gen = get(name, using)
-    if key is None:
-        return gen.take(count)
-    return _keyed(gen, key).take_for(key, count)
+    try:
+        if key is None:
+            return gen.take(count)
+        return _keyed(gen, key).take_for(key, count)
+    except SequenceError as exc:
+        refused(name, exc)
+        raise
 
 
 def _keyed(gen: IdGenerator, key: object) -> KeyedGenerator:
@@ -77,8 +85,11 @@ class SequenceHandle:
         return _keyed(self._gen, key).take_for(key, count)
 
     def status(self) -> Status:
-        """This process's view: current range, what remains cached, values per second."""
-        return self._gen.status()
+        """This process's view: current range, what remains cached, values per second (from
+        the RateStats plugin when it is configured)."""
+        from .plugins import decorate_status
+
+        return decorate_status(self._gen.status(), self.name, self.using)
 
     def __repr__(self) -> str:
         return f"<SequenceHandle {self.name!r}>"

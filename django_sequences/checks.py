@@ -60,3 +60,60 @@ def check_snowflake_overflow(app_configs: Any = None, **kwargs: Any) -> list[Che
                 )
             )
     return out
+
+
+@register()
+def check_obfuscation_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``django_sequences.W002``: templates that obfuscate (``{seq:...,perm}``,
+    ``{seq:short}``) while ``OBFUSCATION_KEY`` is missing; ``W003``: a key under 16 bytes."""
+    from django.apps import apps
+    from django.core.checks import Warning as CheckWarning
+
+    from .exceptions import SequenceError
+    from .fields import SequenceField
+    from .formats.template import compile
+
+    raw = getattr(settings, SETTING, {})
+    raw = raw if isinstance(raw, dict) else {}
+    key = raw.get("OBFUSCATION_KEY")
+    if key:
+        if isinstance(key, str | bytes) and len(key) < 16:
+            return [
+                CheckWarning(
+                    f"{SETTING}['OBFUSCATION_KEY'] is {len(key)} characters long; a short key "
+                    f"makes obfuscated numbers guessable.",
+                    hint="Use 32 random bytes or more (secrets.token_hex(32)). Changing the key "
+                    "later can make new numbers collide with old ones: choose it once.",
+                    id="django_sequences.W003",
+                    obj=SETTING,
+                )
+            ]
+        return []
+    templates: list[tuple[str, str]] = []
+    seqs = raw.get("SEQUENCES")
+    if isinstance(seqs, dict):
+        for name, opts in seqs.items():
+            if isinstance(opts, dict) and isinstance(opts.get("template"), str):
+                templates.append((f"{SETTING}['SEQUENCES'][{name!r}]", opts["template"]))
+    for model in apps.get_models():
+        for field in model._meta.concrete_fields:
+            if isinstance(field, SequenceField) and field.template:
+                templates.append((f"{model._meta.label}.{field.name}", field.template))
+    out: list[CheckMessage] = []
+    for where, text in templates:
+        try:
+            needs = compile(text, key=b"placeholder").needs_key
+        except SequenceError:
+            continue  # E006 / E011 report broken templates
+        if needs:
+            out.append(
+                CheckWarning(
+                    f"{where}: template {text!r} obfuscates its value but "
+                    f"{SETTING}['OBFUSCATION_KEY'] is not set, so it cannot issue numbers.",
+                    hint="Set OBFUSCATION_KEY to a long random secret (secrets.token_hex(32)) "
+                    "and never change it.",
+                    id="django_sequences.W002",
+                    obj=SETTING,
+                )
+            )
+    return out

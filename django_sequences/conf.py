@@ -50,9 +50,31 @@ DEFAULTS: dict[str, Any] = {
     # Declared sequences: {"order": {"step": 1000, "min_value": 1, ...}}. Used by AUTO_CREATE
     # and by provisioning.
     "SEQUENCES": {},
+    # Time zone of template dates and per-period resets (a zoneinfo name); None: TIME_ZONE.
+    "TIME_ZONE": None,
+    # Secret key of {seq:...,perm} and {seq:short} (str or bytes). Never change it once numbers
+    # were issued: the new permutation can map new values onto old numbers.
+    "OBFUSCATION_KEY": None,
+    # Custom template parts by short name: {"region": "myapp.parts.Region"}.
+    "TEMPLATE_PARTS": {},
+    # Plugins around issuing, in order: dotted paths, or {"path": ..., "sequences": [...],
+    # "options": {...}} (see docs/plugins.md).
+    "PLUGINS": [],
+    # Called with (event, error) when issuing is refused (a plugin rejected it, the clock went
+    # back, a rate limit, exhaustion); the error is raised after it. Default: log a warning.
+    "REJECTION_HANDLER": "django_sequences.plugins.log_rejection",
 }
 
-SEQUENCE_KEYS = {"strategy", "step", "min_value", "max_value", "cycle", "template", "options"}
+SEQUENCE_KEYS = {
+    "strategy",
+    "step",
+    "min_value",
+    "max_value",
+    "cycle",
+    "template",
+    "options",
+    "reset",
+}
 
 
 @dataclass(frozen=True)
@@ -133,7 +155,79 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
                 f"Use one of {sorted(database_aliases or [])} or None.",
             )
         )
+    out.extend(_format_problems(s))
+    out.extend(_plugin_problems(s))
     out.extend(_sequence_problems(s["SEQUENCES"]))
+    return out
+
+
+def _format_problems(s: dict[str, Any]) -> list[Problem]:
+    """E008: the settings templates compile with."""
+    out = []
+    zone = s["TIME_ZONE"]
+    if zone is not None:
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(str(zone))
+        except (ValueError, KeyError, OSError):
+            out.append(
+                Problem(
+                    "django_sequences.E008",
+                    f"{SETTING}['TIME_ZONE'] = {zone!r} is not a zoneinfo time zone.",
+                    "Use a name such as 'Asia/Shanghai', or None for TIME_ZONE.",
+                )
+            )
+    key = s["OBFUSCATION_KEY"]
+    if key is not None and (not isinstance(key, str | bytes) or not key):
+        out.append(
+            Problem(
+                "django_sequences.E008",
+                f"{SETTING}['OBFUSCATION_KEY'] must be a non-empty str or bytes, or None.",
+                "Use a long random secret, e.g. secrets.token_hex(32), and never change it.",
+            )
+        )
+    parts = s["TEMPLATE_PARTS"]
+    if not isinstance(parts, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in parts.items()
+    ):
+        out.append(
+            Problem(
+                "django_sequences.E008",
+                f"{SETTING}['TEMPLATE_PARTS'] must map part names to dotted paths; got {parts!r}.",
+                'Example: {"region": "myapp.parts.Region"}.',
+            )
+        )
+    return out
+
+
+def _plugin_problems(s: dict[str, Any]) -> list[Problem]:
+    """E009: plugins and the rejection handler can be imported and built."""
+    from django.utils.module_loading import import_string
+
+    out = []
+    try:
+        from .plugins import build_plugins
+
+        build_plugins(s["PLUGINS"])
+    except ConfigurationError as exc:
+        out.append(
+            Problem("django_sequences.E009", str(exc), "See docs/plugins.md for the format.")
+        )
+    handler = s["REJECTION_HANDLER"]
+    if handler is not None:
+        try:
+            found = import_string(str(handler))
+            if not callable(found):
+                raise ImportError(f"{handler!r} is not callable")
+        except ImportError as exc:
+            out.append(
+                Problem(
+                    "django_sequences.E009",
+                    f"{SETTING}['REJECTION_HANDLER'] = {handler!r} cannot be used: {exc}",
+                    "Name a callable (name, error) by dotted path, or None to do nothing.",
+                )
+            )
     return out
 
 
@@ -175,6 +269,8 @@ def _sequence_problems(seqs: object) -> list[Problem]:
 
             validate(SequenceSpec(name=name, **d))
         except (InvalidName, InvalidDefinition) as exc:
+            if "OBFUSCATION_KEY" in str(exc):
+                continue  # W002 says so (a missing key is a warning until numbers are issued)
             out.append(
                 Problem("django_sequences.E006", f"{where}: {exc}", "Fix or remove this entry.")
             )
@@ -191,6 +287,7 @@ def sequence_defaults(opts: dict[str, Any], default_step: int | None = None) -> 
         "cycle": opts.get("cycle", False),
         "template": opts.get("template", ""),
         "options": opts.get("options", {}),
+        "reset": opts.get("reset", ""),
     }
 
 

@@ -113,6 +113,17 @@ class InvalidNumber(SequenceError, ValueError):
     """A business number that does not match its template or whose check digit is wrong."""
 
 
+class IssueRejected(SequenceError):
+    """A plugin's ``before_issue`` refused to issue (see docs/plugins.md); nothing was issued."""
+
+    def __init__(self, name: str, reason: str, *, plugin: str = "") -> None:
+        self.name = name
+        self.reason = reason
+        self.plugin = plugin
+        by = f" by plugin {plugin}" if plugin else ""
+        super().__init__(f"Issuing from sequence {name!r} was rejected{by}: {reason}")
+
+
 class ConfigurationError(SequenceError):
     """``DJANGO_SEQUENCES`` holds a value that cannot work (the system checks say the same)."""
 
@@ -126,6 +137,7 @@ __all__ = [
     "InvalidKey",
     "InvalidName",
     "InvalidNumber",
+    "IssueRejected",
     "LeaseContention",
     "RateLimited",
     "SequenceError",

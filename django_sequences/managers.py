@@ -11,7 +11,7 @@ import contextlib
 import random
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, models
@@ -57,17 +57,39 @@ def _insert(w: BaseDatabaseWrapper, obj: models.Model) -> None:
         obj.pk = rows[0][0]
 
 
+def _insert_many(w: BaseDatabaseWrapper, objs: list[Any]) -> None:
+    """INSERT ``objs`` (one model, no pk set) on the private connection ``w`` in one
+    statement per 500 rows."""
+    if not objs:
+        return
+    meta = objs[0]._meta
+    fields = [f for f in meta.local_concrete_fields if not f.primary_key]
+    for start in range(0, len(objs), 500):
+        q = InsertQuery(type(objs[0]))
+        q.insert_values(fields, objs[start : start + 500])
+        q.get_compiler(connection=w).execute_sql(None)
+
+
 class SequenceManager(models.Manager["Sequence"]):
     def spec(self, name: str, *, using: str | None = None) -> SequenceSpec | None:
         """The committed definition of ``name``, or None; read on the private connection
         (outside the caller's transaction, and safe in a forked child)."""
         alias = resolve_alias(using)
-        fields = ("strategy", "step", "min_value", "max_value", "cycle", "template", "options")
+        fields = (
+            "strategy",
+            "step",
+            "min_value",
+            "max_value",
+            "cycle",
+            "template",
+            "options",
+            "reset",
+        )
         qs = self.model.objects.filter(name=name).values_list(*fields)
         found = _on_private(alias, name, lambda w: _select(w, qs))
         if not found:
             return None
-        strategy, step, lo, hi, cycle, template, options = found[0]
+        strategy, step, lo, hi, cycle, template, options, reset = found[0]
         return SequenceSpec(
             name=name,
             strategy=strategy,
@@ -77,7 +99,33 @@ class SequenceManager(models.Manager["Sequence"]):
             cycle=bool(cycle),
             template=template,
             options=options if isinstance(options, dict) else {},
+            reset=reset,
         )
+
+    def provision(
+        self, names: Iterable[str] | None = None, *, using: str | None = None
+    ) -> list[tuple[str, bool]]:
+        """Create the sequences declared in ``DJANGO_SEQUENCES["SEQUENCES"]`` (or those of
+        ``names``) that do not exist yet, each with its counter row. Idempotent: existing
+        definitions are left as they are. Returns ``(name, created)`` pairs."""
+        from .conf import app_settings, sequence_defaults
+
+        declared: dict[str, Any] = app_settings.SEQUENCES
+        wanted = list(declared) if names is None else list(names)
+        unknown = [n for n in wanted if n not in declared]
+        if unknown:
+            raise InvalidDefinition(
+                f"Not declared in DJANGO_SEQUENCES['SEQUENCES']: {', '.join(unknown)}."
+            )
+        done = []
+        for name in wanted:
+            if self.spec(name, using=using) is not None:
+                done.append((name, False))
+                continue
+            d = sequence_defaults(declared[name], app_settings.DEFAULT_STEP)
+            self.define(name, using=using, exist_ok=True, **d)
+            done.append((name, True))
+        return done
 
     def define(
         self,
@@ -90,6 +138,7 @@ class SequenceManager(models.Manager["Sequence"]):
         cycle: bool = False,
         template: str = "",
         options: dict[str, Any] | None = None,
+        reset: str = "",
         using: str | None = None,
         exist_ok: bool = False,
     ) -> Sequence:
@@ -106,7 +155,7 @@ class SequenceManager(models.Manager["Sequence"]):
         if options is not None and not isinstance(options, dict):
             raise InvalidDefinition(f"options must be a dict; got {options!r}.")
         spec = SequenceSpec(
-            name, strategy, step, min_value, max_value, cycle, template, options or {}
+            name, strategy, step, min_value, max_value, cycle, template, options or {}, reset
         )
         validate(spec)
         alias = resolve_alias(using)
@@ -119,6 +168,7 @@ class SequenceManager(models.Manager["Sequence"]):
             cycle=cycle,
             template=template,
             options=options or {},
+            reset=reset,
         )
 
         def write(w: BaseDatabaseWrapper) -> bool:

@@ -55,7 +55,31 @@ class Sequence(_Bounds):
     cycle = models.BooleanField(
         _("cycle"), default=False, help_text=_("Start again at min value after max value.")
     )
-    template = models.CharField(_("template"), max_length=255, blank=True)
+    template = models.CharField(
+        _("template"),
+        max_length=255,
+        blank=True,
+        help_text=_("How next_number() renders a value, e.g. SO{date:%Y%m%d}{seq:08}{check:luhn}."),
+    )
+    reset = models.CharField(
+        _("reset"),
+        max_length=8,
+        blank=True,
+        choices=[
+            ("", _("from the template's date")),
+            ("never", _("never")),
+            ("year", _("yearly")),
+            ("month", _("monthly")),
+            ("day", _("daily")),
+            ("hour", _("hourly")),
+            ("minute", _("every minute")),
+            ("second", _("every second")),
+        ],
+        help_text=_(
+            "When the counter of templated numbers restarts at min value. Blank: daily, monthly "
+            "or yearly as the template's date shows."
+        ),
+    )
     options = models.JSONField(_("options"), default=dict, blank=True)
 
     objects = SequenceManager()
@@ -102,6 +126,7 @@ class Sequence(_Bounds):
             cycle=self.cycle,
             template=self.template,
             options=dict(self.options or {}),
+            reset=self.reset,
         )
 
 
@@ -128,6 +153,29 @@ class Segment(_Bounds):
 
     def __str__(self) -> str:
         return self.key
+
+
+class IssuedNumber(models.Model):
+    """One issued value (and number), written by the ``IssueLog`` plugin: seed 000's
+    ``generate_time`` record, for audits ("when was SO2026… issued, by which process?")."""
+
+    sequence = models.CharField(_("sequence"), max_length=MAX_NAME_LENGTH)
+    value = models.BigIntegerField(_("value"))
+    number = models.CharField(_("number"), max_length=255, blank=True, db_index=True)
+    issued_at = models.DateTimeField(_("issued at"))
+    host = models.CharField(_("host"), max_length=255, blank=True)
+    pid = models.PositiveIntegerField(_("pid"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("issued number")
+        verbose_name_plural = _("issued numbers")
+        ordering = ["-issued_at", "-id"]
+        indexes = [
+            models.Index(fields=["sequence", "issued_at"], name="django_sequences_issued_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return self.number or f"{self.sequence}#{self.value}"
 
 
 class WorkerLease(models.Model):

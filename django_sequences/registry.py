@@ -4,17 +4,27 @@
 fast path reads it without a lock (dict reads are atomic); building takes ``_build_lock`` so
 each generator is built once. Generators reset themselves after ``fork()`` (see
 ``core/forking.py``), so the registry stays valid in a child and every handle with it.
+
+When plugins are configured for a sequence, the registry holds a
+:class:`~django_sequences.core.plugins.PluggedGenerator` around its generator, so the value
+API runs the plugin chain and a sequence without plugins pays nothing for them.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
-from .core.base import IdGenerator, Status
+from .core.base import IdGenerator, SequenceSpec, Status
 from .core.validation import check_name
-from .exceptions import SequenceNotFound
+from .exceptions import SequenceError, SequenceNotFound
+
+if TYPE_CHECKING:
+    from .core.plugins import Chain
+    from .strategies import Strategy
 
 _generators: dict[str | None, dict[str, IdGenerator]] = {None: {}}
+_built: dict[tuple[str | None, str], tuple[SequenceSpec, Strategy]] = {}
 _build_lock = threading.RLock()
 
 
@@ -29,11 +39,18 @@ def get(name: str, using: str | None) -> IdGenerator:
         by_name = _generators.setdefault(using, {})
         gen = by_name.get(name)
         if gen is None:
-            gen = by_name[name] = _build(name, using)
+            spec, strategy, gen = _build(name, using)
+            _built[(using, name)] = (spec, strategy)
+            chain = _chain_for(name)
+            if chain is not None:
+                from .core.plugins import PluggedGenerator
+
+                gen = PluggedGenerator(gen, chain, using=using)
+            by_name[name] = gen
         return gen
 
 
-def _build(name: str, using: str | None) -> IdGenerator:
+def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGenerator]:
     from .conf import app_settings, sequence_defaults
     from .models import Sequence
     from .sources.connections import resolve_alias
@@ -47,14 +64,49 @@ def _build(name: str, using: str | None) -> IdGenerator:
         declared = app_settings.SEQUENCES.get(name, {})
         d = sequence_defaults(declared, app_settings.DEFAULT_STEP)
         spec = Sequence.objects.define(name, using=alias, exist_ok=True, **d).spec()
-    return validate(spec).build(spec, alias)
+    strategy = validate(spec)
+    return spec, strategy, strategy.build(spec, alias)
+
+
+def spec(name: str, using: str | None) -> SequenceSpec:
+    """The definition ``name``'s generator was built from."""
+    get(name, using)
+    return _built[(using, name)][0]
+
+
+def strategy(name: str, using: str | None) -> Strategy:
+    get(name, using)
+    return _built[(using, name)][1]
+
+
+def _chain_for(name: str) -> Chain | None:
+    from .plugins import chain_for
+
+    return chain_for(name)
+
+
+def chain(name: str) -> Chain | None:
+    """The plugins that run around issuing from ``name`` (None: none)."""
+    return _chain_for(name)
+
+
+def refused(name: str, exc: SequenceError) -> None:
+    """Tell the rejection handler that issuing from ``name`` was refused with ``exc``."""
+    from .plugins import handle_refusal
+
+    handle_refusal(name, exc)
 
 
 def reset() -> None:
     """Forget every generator (their unused ranges become gaps). Settings changes call this."""
+    from . import numbers, plugins
+
     with _build_lock:
         _generators.clear()
         _generators[None] = {}
+        _built.clear()
+        numbers.reset()
+        plugins.reset()
 
 
 def status(name: str, using: str | None) -> Status:

@@ -34,6 +34,9 @@ class Strategy:
     name: ClassVar[str] = ""
     #: option name -> (type or tuple of types, default); unknown options are refused.
     options: ClassVar[dict[str, tuple[Any, Any]]] = {}
+    #: Whether :meth:`build_keyed` works: the strategy keeps its counter in a row that can be
+    #: one of several (templated numbers that restart every period use one row a period).
+    keyed_rows: ClassVar[bool] = False
 
     def validate(self, spec: SequenceSpec) -> None:
         unknown = set(spec.options) - set(self.options) - {"generator"}
@@ -57,6 +60,14 @@ class Strategy:
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
         raise NotImplementedError
 
+    def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
+        """A generator of ``spec`` counting in row ``row_key`` (made from the definition on
+        first use) instead of the sequence's own; only when :attr:`keyed_rows`."""
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: strategy {spec.strategy!r} cannot count in a row of its "
+            f"own per period; use strategy 'segment' or 'strict', or set reset='never'."
+        )
+
 
 def _tuple(types: Any) -> tuple[Any, ...]:
     return types if isinstance(types, tuple) else (types,)
@@ -70,17 +81,23 @@ class SegmentStrategy(Strategy):
     """Leased ranges, double-buffered in memory (the default)."""
 
     name = "segment"
+    keyed_rows = True
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
+        return self.build_keyed(spec, alias, spec.name)
+
+    def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
         from .conf import app_settings
         from .core.segment import SegmentGenerator
         from .models import Segment
 
-        def lease(count: int | None, _key: str = spec.name) -> tuple[int, int]:
-            return Segment.objects.lease(_key, count, using=alias)
+        name = spec.name
+
+        def lease(count: int | None) -> tuple[int, int]:
+            return Segment.objects.lease(row_key, count, using=alias, sequence=name)
 
         return SegmentGenerator(
-            spec.name,
+            row_key,
             lease,
             threshold=app_settings.PREFETCH_THRESHOLD,
             wait_timeout=app_settings.LEASE_WAIT_TIMEOUT,
@@ -96,6 +113,7 @@ class StrictStrategy(Strategy):
 
     name = "strict"
     options = {"gapless": (bool, False), "shards": (int, 1)}
+    keyed_rows = True
 
     def validate(self, spec: SequenceSpec) -> None:
         super().validate(spec)
@@ -106,12 +124,15 @@ class StrictStrategy(Strategy):
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
+        return self.build_keyed(spec, alias, spec.name)
+
+    def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
         from .core.strict import StrictGenerator
         from .models import Segment
 
         gapless: bool = self.option(spec, "gapless")
         shards: int = self.option(spec, "shards")
-        keys = [spec.name] if shards == 1 else [f"{spec.name}#{i}" for i in range(shards)]
+        keys = [row_key] if shards == 1 else [f"{row_key}#{i}" for i in range(shards)]
 
         def increment(shard: int, count: int) -> tuple[int, int]:
             return Segment.objects.increment(
@@ -155,6 +176,9 @@ def strategy_for(spec: SequenceSpec) -> Strategy:
 
 def validate(spec: SequenceSpec) -> Strategy:
     """Check a definition's strategy and options; return the strategy to build with."""
+    from .numbers import check_definition
+
     strategy = strategy_for(spec)
     strategy.validate(spec)
+    check_definition(spec, strategy)
     return strategy

@@ -235,3 +235,29 @@ def spawned_stream_retrying(
             os.write(fd, b"%d\n" % v)
     finally:
         os.close(fd)
+
+
+def issue_numbers(name: str, count: int, out: Any) -> None:
+    """Issue ``count`` templated numbers of ``name`` (every fifth call a batch of 5)."""
+    from django_sequences import next_number, next_numbers
+
+    got: list[str] = []
+    try:
+        while len(got) < count:
+            if len(got) % 25 == 20 and count - len(got) >= 5:
+                got.extend(next_numbers(name, 5))
+            else:
+                got.append(next_number(name))
+        out.put(("ok", os.getpid(), got))
+    except BaseException as exc:
+        out.put(("error", os.getpid(), repr(exc)))
+
+
+def spawned_numbers(db_env: dict[str, str], db_name: str, name: str, count: int, out: Any) -> None:
+    setup_django(db_env, db_name)
+    issue_numbers(name, count, out)
+
+
+def forked_numbers(db_env: dict[str, str], db_name: str, name: str, count: int, out: Any) -> None:
+    """In a forked child: Django is set up already (inherited)."""
+    issue_numbers(name, count, out)

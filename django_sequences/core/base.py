@@ -20,6 +20,9 @@ class SequenceSpec:
     cycle: bool = False
     template: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
+    reset: str = ""
+    """When a templated number's counter restarts: "" (from the template's date), "never",
+    "year", "month", "day", "hour", "minute" or "second"."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,415 @@
+"""Business numbers: a sequence's template rendered around its values.
+
+``next_number("order")`` takes the next value of sequence ``order`` and renders the
+definition's ``template`` (``formats/template.py``; grammar in docs/templates.md) around it.
+A template whose date names a whole day, month or year restarts its counter each period: the
+values then come from a counter row per period, ``<name>:<stamp>`` (``order:20261122``),
+made on first use from the definition's bounds, so each period starts at ``min_value``. The
+stamp and the rendered date are computed from one reading of the clock, in the configured
+time zone (``DJANGO_SEQUENCES["TIME_ZONE"]``, else ``TIME_ZONE``), so a number never shows one
+day's date with another day's counter.
+
+One :class:`NumberIssuer` per (database alias, sequence, template) and process, built lazily
+and dropped with the registry. Its fast path is a clock read, the period's generator (a dict
+lookup) and the template's render; plugins, when configured, run around it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import tzinfo
+from typing import TYPE_CHECKING, Any
+
+from .core.base import IdGenerator, SequenceSpec
+from .core.clock import SYSTEM_CLOCK, Clock
+from .core.validation import check_count
+from .exceptions import (
+    ConfigurationError,
+    InvalidDefinition,
+    InvalidNumber,
+    SequenceError,
+    TemplateError,
+)
+from .signals import number_issued
+
+if TYPE_CHECKING:
+    from .core.plugins import Chain
+    from .formats.template import Template
+    from .strategies import Strategy
+
+#: Periods a counter may restart in, coarsest first ("never": one counter for ever).
+RESETS = ("never", "year", "month", "day", "hour", "minute", "second")
+_FINENESS = {name: i for i, name in enumerate(RESETS)}
+#: Periods the template's date implies on its own (finer ones must be asked for with reset=).
+_AUTO = ("year", "month", "day")
+#: Digits of each period's stamp; a coarser period's stamp is a prefix of a finer one's
+#: (``%Y``, ``%Y%m``, ``%Y%m%d`` …).
+_STAMP_DIGITS = {"year": 4, "month": 6, "day": 8, "hour": 10, "minute": 12, "second": 14}
+
+
+@dataclass(frozen=True)
+class FormatSettings:
+    tz: tzinfo
+    key: bytes | None
+    parts: dict[str, str]
+
+
+def format_settings() -> FormatSettings:
+    """The settings templates compile with, read from ``settings`` directly (system checks
+    validate definitions while ``app_settings`` itself is being checked)."""
+    from zoneinfo import ZoneInfo
+
+    from django.conf import settings
+
+    from .conf import SETTING
+
+    raw = getattr(settings, SETTING, {})
+    raw = raw if isinstance(raw, dict) else {}
+    zone = raw.get("TIME_ZONE") or getattr(settings, "TIME_ZONE", None) or "UTC"
+    try:
+        tz = ZoneInfo(str(zone))
+    except (ValueError, KeyError, OSError):
+        raise ConfigurationError(
+            f"{SETTING}['TIME_ZONE'] (or TIME_ZONE) = {zone!r} is not a zoneinfo time zone; "
+            f"use a name such as 'Asia/Shanghai' or 'UTC'."
+        ) from None
+    key = raw.get("OBFUSCATION_KEY") or None
+    if isinstance(key, str):
+        key = key.encode()
+    parts = raw.get("TEMPLATE_PARTS") or {}
+    return FormatSettings(tz, key if isinstance(key, bytes) else None, dict(parts))
+
+
+def compile_template(spec: SequenceSpec, text: str | None = None) -> Template:
+    """``text`` (default: the definition's template) compiled with the project's settings."""
+    from .formats.template import compile
+
+    text = spec.template if text is None else text
+    if not text:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r} has no template, so it makes values, not numbers: set "
+            f"its template (e.g. 'SO{{seq:08}}') or call next_value()."
+        )
+    fs = format_settings()
+    return compile(text, tz=fs.tz, key=fs.key, parts=fs.parts, name=spec.name)
+
+
+def reset_period(spec: SequenceSpec, template: Template) -> str | None:
+    """The period ``template``'s counter restarts in for definition ``spec`` (None: never).
+
+    Blank ``reset``: the finest of year, month and day that the template's date shows whole.
+    An explicit period must be one the date shows whole, or numbers would repeat."""
+    reset = spec.reset or ""
+    shown = template.period  # the finest period the date parts identify, or None
+    if reset == "never":
+        return None
+    if not reset:
+        if shown is None:
+            return None
+        if shown in _AUTO:
+            return shown
+        return "day"  # the date shows a day (and more): restart daily unless asked otherwise
+    if reset not in _FINENESS:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: reset must be one of {', '.join(RESETS)} or blank; "
+            f"got {reset!r}."
+        )
+    if shown is None or _FINENESS[reset] > _FINENESS[shown]:
+        showing = f"shows at most a whole {shown}" if shown else "shows no whole year"
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: reset={reset!r}, but template {template.text!r} "
+            f"{showing}, so numbers of different {reset}s would repeat. Put the {reset} in "
+            f"the template's date (e.g. {{date:%Y%m%d}}) or choose a coarser reset."
+        )
+    return reset
+
+
+def check_definition(spec: SequenceSpec, strategy: Strategy) -> None:
+    """Validate a definition's template and reset (called by ``strategies.validate``)."""
+    if spec.reset and spec.reset not in _FINENESS:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: reset must be one of {', '.join(RESETS)} or blank; "
+            f"got {spec.reset!r}."
+        )
+    if not spec.template:
+        return
+    check_template(spec, strategy, compile_template(spec))
+
+
+def check_template(spec: SequenceSpec, strategy: Strategy, template: Template) -> str | None:
+    """The reset period of ``template`` on ``spec``; raises when the strategy cannot keep a
+    counter per period or the template cannot show the sequence's values."""
+    period = reset_period(spec, template)
+    if period and not strategy.keyed_rows:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: template {template.text!r} restarts its counter every "
+            f"{period}, which strategy {spec.strategy!r} cannot do (it keeps no counter row per "
+            f"period). Use strategy 'segment' or 'strict', or set reset='never'."
+        )
+    return period
+
+
+# --- issuing --------------------------------------------------------------------------------
+
+
+class NumberIssuer:
+    """Numbers of one sequence and template in this process.
+
+    ``_gens`` maps the current period's stamp to its generator; a new period builds a new
+    generator (its row is made on first lease) and drops all but the previous one, whose
+    unused cached values become gaps. The lock is held only to build.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        using: str | None,
+        spec: SequenceSpec,
+        alias: str,
+        strategy: Strategy,
+        template: Template,
+        base: IdGenerator,
+        chain: Chain | None,
+    ) -> None:
+        self.name = name
+        self.using = using
+        self.spec = spec
+        self.alias = alias
+        self.template = template
+        self.period = check_template(spec, strategy, template)
+        # the template stamps its finest period; a coarser reset keeps a prefix of it
+        self._cut = (
+            _STAMP_DIGITS[self.period] if self.period and self.period != template.period else None
+        )
+        self._strategy = strategy
+        self._base = base
+        self._chain = chain
+        self._lock = threading.Lock()
+        self._gens: dict[str, IdGenerator] = {}
+        self.clock = SYSTEM_CLOCK
+
+    @property
+    def clock(self) -> Clock:
+        """Where "now" comes from (tests inject their own)."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._clock = clock
+        self._wall = clock.wall
+
+    def stamp(self, now: float) -> str:
+        """The stamp of the reset period holding ``now`` ("" without a reset)."""
+        if self.period is None:
+            return ""
+        stamp = self.template.period_stamp(now)
+        return stamp if self._cut is None else stamp[: self._cut]
+
+    def generator(self, stamp: str) -> IdGenerator:
+        """The generator of period ``stamp`` ("" without periods)."""
+        if not stamp:
+            return self._base
+        gen = self._gens.get(stamp)
+        if gen is None:
+            with self._lock:
+                gen = self._gens.get(stamp)
+                if gen is None:
+                    row_key = f"{self.name}:{stamp}"
+                    gen = self._strategy.build_keyed(self.spec, self.alias, row_key)
+                    stale = sorted(self._gens)[:-1]  # keep the newest other period
+                    for old in stale:
+                        del self._gens[old]
+                    self._gens[stamp] = gen
+        return gen
+
+    def issue(self, context: Any = None) -> str:
+        """One number; ``context`` is a mapping or an object (a model instance)."""
+        if self._chain is not None:
+            return self._issue_plugged(1, [context])[0]
+        now = self._wall()
+        template = self.template
+        gen = self._base if self.period is None else self.generator(self.stamp(now))
+        value = gen.next()
+        number = template.render(value, now=now, context=context)
+        if number_issued.receivers:
+            number_issued.send(self.name, numbers=[number], values=[value], using=self.using)
+        return number
+
+    def issue_many(self, count: int, contexts: list[Any] | None = None) -> list[str]:
+        """``count`` numbers from one batch of values. ``contexts`` gives one context per
+        number (bulk_create), else all share ``None``."""
+        if contexts is not None and len(contexts) != count:
+            raise ValueError("one context per number")
+        if self._chain is not None:
+            return self._issue_plugged(count, contexts or [None] * count)
+        values, numbers = self._render(count, contexts, self._wall())
+        if number_issued.receivers:
+            number_issued.send(self.name, numbers=numbers, values=values, using=self.using)
+        return numbers
+
+    def _render(
+        self, count: int, contexts: list[Any] | None, now: float
+    ) -> tuple[range | list[int], list[str]]:
+        template = self.template
+        gen = self._base if self.period is None else self.generator(self.stamp(now))
+        values = gen.take(count) if count > 1 else [gen.next()]
+        if contexts is None or all(c is contexts[0] for c in contexts):
+            shared = contexts[0] if contexts else None
+            return values, template.render_many(values, now=now, context=shared)
+        return values, [
+            template.render(v, now=now, context=c) for v, c in zip(values, contexts, strict=True)
+        ]
+
+    def _issue_plugged(self, count: int, contexts: list[Any]) -> list[str]:
+        from .core.plugins import IssueEvent
+
+        chain = self._chain
+        assert chain is not None
+        event = IssueEvent(
+            name=self.name,
+            using=self.using,
+            count=count,
+            context=contexts[0] if count == 1 else contexts,
+            kind="number",
+        )
+        chain.before(event)
+        try:
+            values, numbers = self._render(count, contexts, self._wall())
+        except BaseException as exc:
+            chain.error(event, exc)
+            raise
+        event.values = values
+        event.numbers = numbers
+        chain.after(event)
+        if number_issued.receivers:
+            number_issued.send(self.name, numbers=numbers, values=values, using=self.using)
+        return numbers
+
+
+# --- the process-wide issuers ---------------------------------------------------------------
+
+_issuers: dict[tuple[str | None, str, str | None], NumberIssuer] = {}
+_issuers_lock = threading.Lock()
+
+
+def issuer(name: str, using: str | None = None, template: str | None = None) -> NumberIssuer:
+    """The issuer of sequence ``name`` (with ``template`` instead of the definition's)."""
+    found = _issuers.get((using, name, template))
+    if found is not None:
+        return found
+    from . import registry
+    from .sources.connections import resolve_alias
+
+    with _issuers_lock:
+        found = _issuers.get((using, name, template))
+        if found is None:
+            base = registry.get(name, using)
+            spec = registry.spec(name, using)
+            strategy = registry.strategy(name, using)
+            compiled = compile_template(spec, template)
+            chain = registry.chain(name)
+            raw = getattr(base, "inner", base)  # values plugins are not run twice
+            found = NumberIssuer(
+                name, using, spec, resolve_alias(using), strategy, compiled, raw, chain
+            )
+            _issuers[(using, name, template)] = found
+    return found
+
+
+def reset() -> None:
+    with _issuers_lock:
+        _issuers.clear()
+
+
+# --- the public functions -------------------------------------------------------------------
+
+
+def next_number(name: str, *, using: str | None = None, **context: Any) -> str:
+    """The next number of sequence ``name``: its next value rendered with its template.
+
+    Keyword arguments other than ``using`` are the context that ``{ctx.NAME}`` parts read.
+    """
+    try:
+        found = _issuers[(using, name, None)]
+    except KeyError:
+        found = issuer(name, using)
+    try:
+        return found.issue(context or None)
+    except SequenceError as exc:
+        _refused(name, exc)
+        raise
+
+
+def next_numbers(name: str, count: int, *, using: str | None = None, **context: Any) -> list[str]:
+    """``count`` numbers of sequence ``name`` from one batch of values (one lease at most)."""
+    from .conf import app_settings
+
+    check_count(count, app_settings.MAX_BATCH)
+    found = issuer(name, using)
+    try:
+        if not context:
+            return found.issue_many(count)
+        return found.issue_many(count, [context] * count)
+    except SequenceError as exc:
+        _refused(name, exc)
+        raise
+
+
+async def anext_number(name: str, *, using: str | None = None, **context: Any) -> str:
+    """:func:`next_number` off the event loop (a lease may wait on the database)."""
+    from asgiref.sync import sync_to_async
+
+    def run() -> str:
+        return next_number(name, using=using, **context)
+
+    return await sync_to_async(run, thread_sensitive=False)()
+
+
+async def anext_numbers(
+    name: str, count: int, *, using: str | None = None, **context: Any
+) -> list[str]:
+    """:func:`next_numbers` off the event loop."""
+    from asgiref.sync import sync_to_async
+
+    def run() -> list[str]:
+        return next_numbers(name, count, using=using, **context)
+
+    return await sync_to_async(run, thread_sensitive=False)()
+
+
+def parse_number(name: str, number: str, *, using: str | None = None) -> dict[str, Any]:
+    """The parts of ``number`` as sequence ``name``'s template reads them (``seq``, ``date``,
+    ``ctx.NAME``, ``check`` …); raises :class:`InvalidNumber` saying what does not match."""
+    if not isinstance(number, str):
+        raise InvalidNumber(f"A number is a str; got {type(number).__name__}.")
+    result: dict[str, Any] = issuer(name, using).template.parse(number)
+    return result
+
+
+def validate_number(name: str, number: str, *, using: str | None = None) -> bool:
+    """Whether ``number`` has the shape of sequence ``name``'s template and a right check
+    digit. Says nothing about whether it was issued (the issue log plugin records that)."""
+    try:
+        parse_number(name, number, using=using)
+    except InvalidNumber:
+        return False
+    return True
+
+
+def _refused(name: str, exc: SequenceError) -> None:
+    from . import registry
+
+    registry.refused(name, exc)
+
+
+def render_preview(
+    spec: SequenceSpec, values: Iterable[int], *, context: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Render ``values`` with ``spec``'s template without issuing anything (admin preview)."""
+    template = compile_template(spec)
+    try:
+        return [template.render(v, context=context) for v in values]
+    except (TemplateError, InvalidNumber) as exc:
+        raise InvalidDefinition(str(exc)) from exc

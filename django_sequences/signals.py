@@ -1,0 +1,11 @@
+"""Django signals of django_sequences. Connecting to one costs its sender a call per issue;
+with no receiver connected, issuing pays a list check."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+number_issued = Signal()
+"""Sent after templated numbers were issued (``next_number``, ``next_numbers``,
+``SequenceField``), with ``sender`` the sequence name (a str) and keyword arguments
+``numbers`` (list of str), ``values`` (the sequence values behind them) and ``using``."""
