@@ -104,6 +104,19 @@ DJANGO_SEQUENCES: dict[str, Any] = {
     "SEQUENCES": {
         "order": {"step": 1000},
         "invoice": {"step": 100},
+        # the shop app's numbers (testproject/shop/models.py)
+        "shop.order": {
+            "step": 100_000,
+            "max_value": 99_999_999,
+            "template": "SO{date:%Y%m%d}{seq:08}{check:luhn}",
+        },
+        "shop.waybill": {"max_value": 99_999, "template": "{ctx.area:3}-{ctx.unit:4}-{seq:05}"},
+        "shop.invoice": {
+            "strategy": "strict",
+            "options": {"gapless": True},
+            "max_value": 999_999,
+            "template": "INV{date:%Y}-{seq:06}",
+        },
     },
 }
 
