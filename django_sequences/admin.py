@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
 
-from .models import Segment, Sequence
+from django.contrib import admin
+from django.http import HttpRequest
+
+from .models import IssuedNumber, Segment, Sequence
 
 
 class SegmentInline(admin.TabularInline):
@@ -16,7 +19,17 @@ class SegmentInline(admin.TabularInline):
 
 @admin.register(Sequence)
 class SequenceAdmin(admin.ModelAdmin):
-    list_display = ("name", "strategy", "step", "min_value", "max_value", "cycle", "updated_at")
+    list_display = (
+        "name",
+        "strategy",
+        "template",
+        "reset",
+        "step",
+        "min_value",
+        "max_value",
+        "cycle",
+        "updated_at",
+    )
     list_filter = ("strategy", "cycle")
     search_fields = ("name",)
     readonly_fields = ("created_at", "updated_at")
@@ -30,3 +43,19 @@ class SegmentAdmin(admin.ModelAdmin):
     list_select_related = ("sequence",)
     # ``value`` moves only by leasing; hand edits could hand out a value twice.
     readonly_fields = ("sequence", "key", "value", "version", "created_at", "updated_at")
+
+
+@admin.register(IssuedNumber)
+class IssuedNumberAdmin(admin.ModelAdmin):
+    """The IssueLog plugin's records: read-only, an audit trail."""
+
+    list_display = ("number", "sequence", "value", "issued_at", "host", "pid")
+    list_filter = ("sequence",)
+    search_fields = ("number", "sequence")
+    date_hierarchy = "issued_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

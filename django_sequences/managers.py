@@ -12,6 +12,7 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, models
@@ -23,6 +24,7 @@ from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_count, check_name
 from .exceptions import (
     BackendUnavailable,
+    InvalidCount,
     InvalidDefinition,
     InvalidName,
     LeaseContention,
@@ -215,6 +217,42 @@ def _row_for(seq: Sequence, key: str) -> Segment:
 
 
 class SegmentManager(models.Manager["Segment"]):
+    def prune_periods(
+        self,
+        name: str,
+        *,
+        keep: int = 2,
+        idle: timedelta = timedelta(days=7),
+        using: str | None = None,
+        dry_run: bool = False,
+    ) -> list[str]:
+        """Delete the counter rows of finished periods of sequence ``name`` (keys
+        ``<name>:<stamp>``, made by templated numbers that restart every period and by the
+        ``redis`` strategy's ``period``); returns their keys.
+
+        Kept: the ``keep`` newest periods, and every row leased within ``idle``. A deleted
+        period that is used again starts over at ``min_value``, repeating its numbers, so
+        ``idle`` must be far longer than any clock error or any period a process may still
+        issue in (a week, by default, for daily periods).
+        """
+        if keep < 1:
+            raise InvalidCount(f"keep must be at least 1; got {keep}.")
+        alias = resolve_alias(using)
+        prefix = f"{name}:"
+        found = list(
+            self.using(alias).filter(key__startswith=prefix).values_list("pk", "key", "updated_at")
+        )
+        periods = sorted(
+            (key[len(prefix) :], pk, key, at)
+            for pk, key, at in found
+            if key[len(prefix) :].isdigit()
+        )
+        cutoff = timezone.now() - idle
+        doomed = [(pk, key) for _stamp, pk, key, at in periods[:-keep] if at < cutoff]
+        if doomed and not dry_run:
+            self.using(alias).filter(pk__in=[pk for pk, _key in doomed]).delete()
+        return [key for _pk, key in doomed]
+
     def lease(
         self,
         key: str,

@@ -360,3 +360,27 @@ def test_processes_get_distinct_numbers(method: str) -> None:
         parent.append(next_number("procs"))
     got += parent
     assert len(got) == len(set(got)) == 4 * 300 + len(parent)
+
+
+def test_finished_period_rows_can_be_pruned() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Sequence.objects.define("pr", template="{date:%Y%m%d}{seq:04}")
+    clock = clocked("pr", at("2026-11-01 10:00:00"))
+    for day in range(1, 6):
+        clock.t = at(f"2026-11-0{day} 10:00:00")
+        next_number("pr")
+    old = timezone.now() - timedelta(days=30)
+    Segment.objects.filter(key__in=["pr:20261101", "pr:20261102", "pr:20261104"]).update(
+        updated_at=old
+    )
+    assert Segment.objects.prune_periods("pr", dry_run=True) == ["pr:20261101", "pr:20261102"]
+    assert Segment.objects.filter(key__startswith="pr:").count() == 5
+    assert Segment.objects.prune_periods("pr") == ["pr:20261101", "pr:20261102"]
+    left = sorted(Segment.objects.filter(key__startswith="pr").values_list("key", flat=True))
+    # kept: the sequence's own row, a recently leased period, and the two newest periods
+    assert left == ["pr", "pr:20261103", "pr:20261104", "pr:20261105"]
+    with pytest.raises(InvalidCount):
+        Segment.objects.prune_periods("pr", keep=0)
