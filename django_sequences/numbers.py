@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
+from .core import forking
 from .core.base import IdGenerator, SequenceSpec
 from .core.clock import SYSTEM_CLOCK, Clock
 from .core.validation import check_count
@@ -188,7 +189,14 @@ class NumberIssuer:
         self._chain = chain
         self._lock = threading.Lock()
         self._gens: dict[str, IdGenerator] = {}
+        # the last period used and its generator ("" never matches a period's stamp)
+        self._last: tuple[str, IdGenerator] = ("", base)
         self.clock = SYSTEM_CLOCK
+        forking.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        # the generators reset themselves; a lock held by a parent thread is replaced
+        self._lock = threading.Lock()
 
     @property
     def clock(self) -> Clock:
@@ -222,6 +230,7 @@ class NumberIssuer:
                     for old in stale:
                         del self._gens[old]
                     self._gens[stamp] = gen
+        self._last = (stamp, gen)  # one tuple: read and replaced atomically
         return gen
 
     def issue(self, context: Any = None) -> str:
@@ -230,7 +239,14 @@ class NumberIssuer:
             return self._issue_plugged(1, [context])[0]
         now = self._wall()
         template = self.template
-        gen = self._base if self.period is None else self.generator(self.stamp(now))
+        if self.period is None:
+            gen = self._base
+        else:
+            stamp = template.period_stamp(now)
+            if self._cut is not None:
+                stamp = stamp[: self._cut]
+            last = self._last
+            gen = last[1] if last[0] == stamp else self.generator(stamp)
         value = gen.next()
         number = template.render(value, now=now, context=context)
         if number_issued.receivers:

@@ -35,6 +35,9 @@ def get(name: str, using: str | None) -> IdGenerator:
     except (KeyError, TypeError):
         pass
     check_name(name)
+    from .core import forking
+
+    forking.on_fork(_new_locks_in_child)
     with _build_lock:
         by_name = _generators.setdefault(using, {})
         gen = by_name.get(name)
@@ -95,6 +98,16 @@ def refused(name: str, exc: SequenceError) -> None:
     from .plugins import handle_refusal
 
     handle_refusal(name, exc)
+
+
+def _new_locks_in_child() -> None:
+    """After fork: the child is single-threaded; a lock a parent thread held is replaced."""
+    global _build_lock
+    from . import numbers, plugins
+
+    _build_lock = threading.RLock()
+    numbers._issuers_lock = threading.Lock()
+    plugins._lock = threading.Lock()
 
 
 def reset() -> None:

@@ -390,3 +390,20 @@ def test_peeking_at_a_counter_takes_nothing() -> None:
     next(c)
     assert _peek(c) == 8
     assert next(c) == 8
+
+
+@db
+def test_the_handle_hands_out_the_generators_next_and_still_refuses_a_key() -> None:
+    """``handle.next`` is the generator's bound method (one call layer less); a key still
+    raises InvalidKey as on every other sequence without shards."""
+    from django_sequences.exceptions import InvalidKey
+
+    Sequence.objects.define("sf", strategy="snowflake")
+    h = get_sequence("sf")
+    assert h.next.__self__ is h._gen  # type: ignore[attr-defined]
+    a, b = h.next(), h.next()
+    assert b > a
+    with pytest.raises(InvalidKey, match="takes no key"):
+        h.next(key="chat-1")
+    with pytest.raises(InvalidKey, match="takes no key"):
+        next_value("sf", key="chat-1")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -25,15 +26,30 @@ _install_lock = threading.Lock()
 generation = 0
 
 
-def register(obj: ForkAware) -> None:
-    """Call ``obj._after_fork_in_child()`` in the child after every future fork."""
+#: Module-level resets (new locks for module-level locks), kept for the life of the process.
+_callbacks: list[Callable[[], None]] = []
+
+
+def _install() -> None:
     global _hook_installed
     if not _hook_installed:
         with _install_lock:
             if not _hook_installed:
                 os.register_at_fork(after_in_child=_reset_in_child)
                 _hook_installed = True
+
+
+def register(obj: ForkAware) -> None:
+    """Call ``obj._after_fork_in_child()`` in the child after every future fork."""
+    _install()
     _objects.add(obj)
+
+
+def on_fork(fn: Callable[[], None]) -> None:
+    """Call ``fn()`` in the child after every future fork (once, however often registered)."""
+    _install()
+    if fn not in _callbacks:
+        _callbacks.append(fn)
 
 
 def _reset_in_child() -> None:
@@ -41,5 +57,7 @@ def _reset_in_child() -> None:
     generation += 1
     # The child is single-threaded here; a lock some parent thread held is replaced, not waited on.
     _install_lock = threading.Lock()
+    for fn in list(_callbacks):
+        fn()
     for obj in list(_objects):
         obj._after_fork_in_child()

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ..exceptions import BackendUnavailable, ClockMovedBackwards, WorkerLeaseLost
+from ..exceptions import BackendUnavailable, ClockMovedBackwards, InvalidKey, WorkerLeaseLost
 from . import forking
 from .base import Status
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
@@ -223,8 +223,14 @@ class LeasedTickGenerator:
 
     # --- the fast path -------------------------------------------------------------------
 
-    def next(self) -> int:
+    #: ``next`` takes the handle's ``key`` argument itself (refusing any key), so a
+    #: ``SequenceHandle`` can hand out this bound method and save a call layer.
+    next_takes_key: ClassVar[bool] = True
+
+    def next(self, key: None = None) -> int:
         """One value (lock-free; see the module docstring)."""
+        if key is not None:
+            raise _no_key(self)
         t = self._ns() // self._unit_ns
         st = self._st
         if st[0] == t and self._mono() < self._deadline:
@@ -233,8 +239,10 @@ class LeasedTickGenerator:
                 return st[2] + s
         return self._grab(1)[0]
 
-    def _next_locked(self) -> int:
+    def _next_locked(self, key: None = None) -> int:
         """One value, every step under ``_lock`` (locked subclasses, free-threaded builds)."""
+        if key is not None:
+            raise _no_key(self)
         return self._grab(1)[0]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -490,3 +498,10 @@ class LeasedTickGenerator:
                 last_error=self._last_error,
                 details=details,
             )
+
+
+def _no_key(gen: Any) -> InvalidKey:
+    return InvalidKey(
+        f"Sequence {gen.name!r} (strategy {gen.strategy!r}) takes no key; only sharded "
+        f"sequences do (strategy 'strict' with options['shards'])."
+    )
