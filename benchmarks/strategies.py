@@ -4,11 +4,11 @@ database, with the targets of the strategies issue printed beside them.
 Usage: ``python -m benchmarks.strategies --db sqlite|postgresql|mysql [--quick]`` after
 ``migrate`` with ``--settings=benchmarks.settings`` (``scripts/bench`` runs it after
 ``benchmarks.run`` for every database). One thread; every figure includes the Python loop
-around the call. Each strategy is compared with its alternative in alternating bursts
-(``interleaved``: bursts of 0.1 s for calls that reach a server; ``interleaved_count``: bursts
-of 50,000 calls for in-memory ones), so both sides see the same disk and scheduler noise; each
-figure is the median burst. Other in-memory
-figures are a fixed count of calls, best of 3.
+around the call. Each strategy is compared with its alternative taking turns, so both sides see
+the same disk and scheduler noise: calls that reach a server alternate one by one and their
+rate is 1 / the median call time (``alternating``); in-memory calls alternate in bursts of
+50,000 calls, median burst (``interleaved_count``). Other figures: a fixed count of calls
+(in memory) or fixed windows (round trips), best of 3.
 """
 
 from __future__ import annotations
@@ -56,28 +56,26 @@ def per_second(call: Callable[[], Any], seconds: float, times: int = 3) -> float
     return best
 
 
-def interleaved(*calls: Callable[[], Any], seconds: float, burst: float = 0.1) -> list[float]:
-    """Calls per second of each of ``calls``, measured in alternating bursts for ``seconds``
-    in all; the median burst of each. A fsync that takes longer for a while, or another
-    process on the machine, then slows every side alike."""
-    rates: list[list[float]] = [[] for _ in calls]
-    pc = time.perf_counter
-    rounds = max(3, int(seconds / (burst * len(calls))))
-    for _ in range(rounds):
-        for i, call in enumerate(calls):
-            n, t0 = 0, pc()
-            end = t0 + burst
-            t = t0
-            while t < end:
+def alternating(*calls: Callable[[], Any], seconds: float) -> list[float]:
+    """Calls per second of each of ``calls`` from its median call time, the calls taking
+    turns one by one for about ``seconds`` in all: a stall of the machine or a slow fsync hits
+    one call of one side, and the median of thousands of calls does not move. For calls that
+    reach a server (each takes 100 µs or more, so the two clock reads around it weigh
+    nothing)."""
+    times: list[list[int]] = [[] for _ in calls]
+    ns = time.perf_counter_ns
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(50):
+            for i, call in enumerate(calls):
+                t0 = ns()
                 call()
-                n += 1
-                t = pc()
-            rates[i].append(n / (t - t0))
-    return [statistics.median(r) for r in rates]
+                times[i].append(ns() - t0)
+    return [1e9 / statistics.median(t) for t in times]
 
 
 def interleaved_count(*calls: Callable[[], Any], calls_per_burst: int, rounds: int) -> list[float]:
-    """Like :func:`interleaved` for in-memory calls: alternating bursts of a fixed number of
+    """Like :func:`alternating` for in-memory calls: alternating bursts of a fixed number of
     calls (no clock read between calls, which would weigh as much as the call itself); the
     median burst of each."""
     rates: list[list[float]] = [[] for _ in calls]
@@ -112,7 +110,10 @@ def define_all() -> None:
     Sequence.objects.define("bench.strict", strategy="strict")
     Sequence.objects.define("bench.strict-batch", strategy="strict")
     Sequence.objects.define(
-        "bench.redis", strategy="redis", options={"key_prefix": f"bench:{os.getpid()}:"}
+        "bench.redis",
+        strategy="redis",
+        step=100_000,  # a window leased from the database every 100,000 values
+        options={"key_prefix": f"bench:{os.getpid()}:"},
     )
     Sequence.objects.define(
         "bench.redis-seg",
@@ -141,7 +142,7 @@ def run(quick: bool) -> list[Row]:
     mem_calls = 200_000 if quick else 2_000_000
     rows: list[Row] = []
 
-    strict, peer = interleaved(
+    strict, peer = alternating(
         lambda: next_value("bench.strict"), lambda: get_next_value("bench.peer"), seconds=4 * secs
     )
     rows.append(
@@ -168,7 +169,7 @@ def run(quick: bool) -> list[Row]:
     raw_key = f"bench:{os.getpid()}:raw"
     redis_handle = get_sequence("bench.redis")
     redis_handle.next()
-    raw, ours_h, ours = interleaved(
+    raw, ours_h, ours = alternating(
         lambda: r.incr(raw_key),
         redis_handle.next,
         lambda: next_value("bench.redis"),
