@@ -8,8 +8,6 @@ Usage: ``python -m benchmarks.numbers --db sqlite|postgresql|mysql [--quick]`` a
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -117,21 +115,10 @@ def run(quick: bool) -> list[tuple[str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.numbers", description=__doc__)
-    ap.add_argument("--db", required=True, choices=["sqlite", "postgresql", "mysql"])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    os.environ["DB"] = args.db
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
-    import django
+    from .cli import print_table, setup
 
-    django.setup()
-    rows = run(args.quick)
-    print(f"\n### Numbers on {args.db}\n")
-    print("| what | figure | notes |")
-    print("| --- | ---: | --- |")
-    for what, figure, notes in rows:
-        print(f"| {what} | {figure} | {notes} |")
+    args = setup("python -m benchmarks.numbers", __doc__, argv)
+    print_table(f"Numbers on {args.db}", ("what", "figure", "notes"), run(args.quick))
     return 0
 
 

@@ -13,7 +13,6 @@ rate is 1 / the median call time (``alternating``); in-memory calls alternate in
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -251,22 +250,16 @@ def _vendor() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.strategies", description=__doc__)
-    ap.add_argument("--db", required=True, choices=["sqlite", "postgresql", "mysql"])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    os.environ["DB"] = args.db
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
-    import django
+    from .cli import print_table, setup
 
-    django.setup()
+    args = setup("python -m benchmarks.strategies", __doc__, argv)
     define_all()
     rows = run(args.quick)
-    print(f"\n### Strategies on {args.db}\n")
-    print("| what | values/s | notes |")
-    print("| --- | ---: | --- |")
-    for row in rows:
-        print(f"| {row.what} | {row.rate:,.0f} | {row.notes} |")
+    print_table(
+        f"Strategies on {args.db}",
+        ("what", "values/s", "notes"),
+        [(row.what, f"{row.rate:,.0f}", row.notes) for row in rows],
+    )
     from django_sequences.sources import workers
 
     workers.shutdown()

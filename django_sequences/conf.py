@@ -65,7 +65,8 @@ DEFAULTS: dict[str, Any] = {
     "REJECTION_HANDLER": "django_sequences.plugins.log_rejection",
 }
 
-SEQUENCE_KEYS = {
+#: The fields of a definition, in the order ``Sequence.objects.spec`` reads them.
+SEQUENCE_FIELDS = (
     "strategy",
     "step",
     "min_value",
@@ -74,7 +75,8 @@ SEQUENCE_KEYS = {
     "template",
     "options",
     "reset",
-}
+)
+SEQUENCE_KEYS = set(SEQUENCE_FIELDS)
 
 
 @dataclass(frozen=True)

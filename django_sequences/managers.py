@@ -77,17 +77,9 @@ class SequenceManager(models.Manager["Sequence"]):
         """The committed definition of ``name``, or None; read on the private connection
         (outside the caller's transaction, and safe in a forked child)."""
         alias = resolve_alias(using)
-        fields = (
-            "strategy",
-            "step",
-            "min_value",
-            "max_value",
-            "cycle",
-            "template",
-            "options",
-            "reset",
-        )
-        qs = self.model.objects.filter(name=name).values_list(*fields)
+        from .conf import SEQUENCE_FIELDS
+
+        qs = self.model.objects.filter(name=name).values_list(*SEQUENCE_FIELDS)
         found = _on_private(alias, name, lambda w: _select(w, qs))
         if not found:
             return None
