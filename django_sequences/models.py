@@ -178,6 +178,75 @@ class IssuedNumber(models.Model):
         return self.number or f"{self.sequence}#{self.value}"
 
 
+class IssueStat(models.Model):
+    """Values of one sequence issued in one minute, as one source counted them: the
+    ``RateStats`` plugin of one process (``source`` = ``"host:pid"``), or the ``"leased"``
+    snapshot of the counter rows (values leased out, whoever hands them out). Feeds the admin's
+    chart and the ``status`` command."""
+
+    sequence = models.CharField(_("sequence"), max_length=MAX_NAME_LENGTH)
+    minute = models.DateTimeField(_("minute"), help_text=_("Start of the minute (UTC)."))
+    source = models.CharField(_("source"), max_length=255)
+    count = models.BigIntegerField(_("count"), default=0)
+
+    class Meta:
+        verbose_name = _("issue statistic")
+        verbose_name_plural = _("issue statistics")
+        ordering = ["sequence", "minute"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["sequence", "minute", "source"], name="django_sequences_issuestat_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.sequence} {self.minute:%Y-%m-%d %H:%M} {self.source}: {self.count}"
+
+
+class ApiToken(models.Model):
+    """A bearer token of the JSON HTTP API, stored as its SHA-256 (never the token itself),
+    allowed to issue from the sequences it names (``["*"]``: all)."""
+
+    name = models.CharField(_("name"), max_length=100, help_text=_("Who or what uses it."))
+    prefix = models.CharField(
+        _("prefix"), max_length=12, db_index=True, help_text=_("Its first characters, to tell it.")
+    )
+    digest = models.CharField(_("SHA-256"), max_length=64, unique=True)
+    sequences = models.JSONField(_("sequences"), default=list, blank=True)
+    is_active = models.BooleanField(_("active"), default=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def digest_of(token: str) -> str:
+        import hashlib
+
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    @classmethod
+    def create_token(cls, name: str, sequences: list[str]) -> tuple[ApiToken, str]:
+        """A new token allowed ``sequences``; returns the row and the token, which is shown
+        this once and stored only as its digest."""
+        import secrets
+
+        token = "dsq_" + secrets.token_urlsafe(32)
+        row = cls.objects.create(
+            name=name, prefix=token[:12], digest=cls.digest_of(token), sequences=list(sequences)
+        )
+        return row, token
+
+    def allows(self, sequence: str) -> bool:
+        return self.is_active and ("*" in self.sequences or sequence in self.sequences)
+
+
 class WorkerLease(models.Model):
     """A worker id held by one process for a while (snowflake and timestamp strategies).
 
