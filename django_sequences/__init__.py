@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_API = ("SequenceHandle", "explain", "get_sequence", "next_value", "next_values")
+_API = (
+    "SequenceHandle",
+    "anext_value",
+    "anext_values",
+    "explain",
+    "get_sequence",
+    "next_value",
+    "next_values",
+)
 _NUMBERS = (
     "anext_number",
     "anext_numbers",
@@ -25,6 +33,8 @@ __all__ = [
     "SequenceHandle",
     "anext_number",
     "anext_numbers",
+    "anext_value",
+    "anext_values",
     "explain",
     "get_sequence",
     "next_number",
@@ -36,7 +46,15 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .api import SequenceHandle, explain, get_sequence, next_value, next_values
+    from .api import (
+        SequenceHandle,
+        anext_value,
+        anext_values,
+        explain,
+        get_sequence,
+        next_value,
+        next_values,
+    )
     from .numbers import (
         anext_number,
         anext_numbers,

@@ -48,6 +48,41 @@ def next_values(
         raise
 
 
+async def anext_value(name: str, *, key: str | None = None, using: str | None = None) -> int:
+    """:func:`next_value` for async code. Served on the event loop when the value is in
+    memory already (a segment's current or prefetched range); anything that may wait on a
+    store (building the generator, a lease, a round trip) runs in a thread."""
+    if key is None:
+        gen = _generators.get(using, {}).get(name)
+        fast = getattr(gen, "try_take", None)
+        if fast is not None:
+            got = fast(1)
+            if got is not None:
+                return int(got[0])
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(next_value, thread_sensitive=False)(name, key=key, using=using)
+
+
+async def anext_values(
+    name: str, count: int, *, key: str | None = None, using: str | None = None
+) -> range | list[int]:
+    """:func:`next_values` for async code, on the event loop when the values are in memory."""
+    check_count(count, app_settings.MAX_BATCH)
+    if key is None:
+        gen = _generators.get(using, {}).get(name)
+        fast = getattr(gen, "try_take", None)
+        if fast is not None:
+            got = fast(count)
+            if got is not None:
+                return range(got.start, got.stop)
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(next_values, thread_sensitive=False)(
+        name, count, key=key, using=using
+    )
+
+
 def _keyed(gen: IdGenerator, key: object) -> KeyedGenerator:
     if not isinstance(gen, KeyedGenerator):
         raise InvalidKey(

@@ -253,6 +253,25 @@ class NumberIssuer:
             number_issued.send(self.name, numbers=[number], values=[value], using=self.using)
         return number
 
+    def try_issue(self, context: Any = None) -> str | None:
+        """One number if its value is in memory already, else None (the async fast path)."""
+        if self._chain is not None:
+            return None
+        now = self._wall()
+        template = self.template
+        gen = self._base if self.period is None else self._gens.get(self.stamp(now))
+        fast = getattr(gen, "try_take", None)
+        if fast is None:
+            return None
+        got = fast(1)
+        if got is None:
+            return None
+        value = int(got[0])
+        number = template.render(value, now=now, context=context)
+        if number_issued.receivers:
+            number_issued.send(self.name, numbers=[number], values=[value], using=self.using)
+        return number
+
     def issue_many(self, count: int, contexts: list[Any] | None = None) -> list[str]:
         """``count`` numbers from one batch of values. ``contexts`` gives one context per
         number (bulk_create), else all share ``None``."""
@@ -374,8 +393,15 @@ def next_numbers(name: str, count: int, *, using: str | None = None, **context: 
 
 
 async def anext_number(name: str, *, using: str | None = None, **context: Any) -> str:
-    """:func:`next_number` off the event loop (a lease may wait on the database)."""
+    """:func:`next_number` for async code: on the event loop when the value is in memory
+    already, else in a thread (a lease may wait on the database)."""
     from asgiref.sync import sync_to_async
+
+    found = _issuers.get((using, name, None))
+    if found is not None:
+        number = found.try_issue(context or None)
+        if number is not None:
+            return number
 
     def run() -> str:
         return next_number(name, using=using, **context)

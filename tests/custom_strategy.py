@@ -47,3 +47,34 @@ class EvenStrategy(Strategy):
 
 class NotAStrategy:
     pass
+
+
+class SlowSegmentStrategy(Strategy):
+    """The segment strategy on a database that answers late: every lease sleeps
+    ``options["delay"]`` seconds after the real one (the async tests' slow store). It records
+    the threads its in-memory fast path ran on."""
+
+    name = "slow"
+    options = {"delay": (float, 0.3)}
+
+    def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
+        import time
+
+        from django_sequences.core.segment import SegmentGenerator
+        from django_sequences.models import Segment
+
+        delay = self.option(spec, "delay")
+
+        def lease(count: int | None) -> tuple[int, int]:
+            got = Segment.objects.lease(spec.name, count, using=alias)
+            time.sleep(delay)
+            return got
+
+        class Recording(SegmentGenerator):
+            fast_threads: list[int] = []
+
+            def try_take(self, count: int) -> range | None:
+                self.fast_threads.append(threading.get_ident())
+                return super().try_take(count)
+
+        return Recording(spec.name, lease)

@@ -127,6 +127,10 @@ class Chain:
 class PluggedGenerator:
     """A generator whose issuing runs a plugin chain."""
 
+    #: No in-memory shortcut: every value must pass the chain (the async API then runs the
+    #: chain off the event loop).
+    try_take = None
+
     def __init__(self, inner: IdGenerator, chain: Chain, *, using: str | None = None) -> None:
         self.inner = inner
         self.chain = chain

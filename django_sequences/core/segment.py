@@ -105,6 +105,26 @@ class SegmentGenerator:
                 return range(v, end)
         return self._take_slow(count)
 
+    def try_take(self, count: int) -> range | None:
+        """``count`` values if they can be had from memory now (the current range, or the
+        next one already leased), else None: never waits, never leases. The async API's fast
+        path (the event loop must not block on a lease)."""
+        with self._lock:
+            v = self._cur
+            end = v + count
+            if end - 1 > self._last and self._next is not None and self._cur > self._last:
+                first, last = self._next
+                self._next = None
+                self._install(first, last)
+                v = self._cur
+                end = v + count
+            if end - 1 <= self._last:
+                self._cur = end
+                if end - 1 >= self._trigger:
+                    self._request_prefetch()
+                return range(v, end)
+        return None
+
     # --- everything else runs rarely -----------------------------------------------------
 
     def _request_prefetch(self) -> None:
