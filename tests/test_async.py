@@ -17,7 +17,7 @@ from django_sequences.models import Sequence
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SLOW = {"strategy": "custom", "options": {"generator": "tests.custom_strategy.SlowSegmentStrategy"}}
+SLOW = {"generator": "tests.custom_strategy.SlowSegmentStrategy"}
 
 
 async def with_ticker(work: Any) -> tuple[Any, float]:
@@ -43,7 +43,7 @@ async def with_ticker(work: Any) -> tuple[Any, float]:
 
 
 def test_a_slow_lease_does_not_block_the_loop_and_memory_values_stay_on_it() -> None:
-    Sequence.objects.define("slow", step=100, **SLOW)
+    Sequence.objects.define("slow", step=100, strategy="custom", options=SLOW)
 
     async def work() -> tuple[list[int], int]:
         first = await anext_value("slow")  # builds the generator and leases: 0.3 s, off-loop
