@@ -12,6 +12,7 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -97,28 +98,68 @@ class SequenceManager(models.Manager["Sequence"]):
         )
 
     def provision(
-        self, names: Iterable[str] | None = None, *, using: str | None = None
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        using: str | None = None,
+        dry_run: bool = False,
     ) -> list[tuple[str, bool]]:
         """Create the sequences declared in ``DJANGO_SEQUENCES["SEQUENCES"]`` (or those of
-        ``names``) that do not exist yet, each with its counter row. Idempotent: existing
-        definitions are left as they are. Returns ``(name, created)`` pairs."""
+        ``names``) that do not exist yet, with everything they need before their first use
+        (see :meth:`provision_details`). Idempotent. Returns ``(name, created)`` pairs; with
+        ``dry_run`` nothing is written and ``created`` says what would be."""
+        found = self.provision_details(names, using=using, dry_run=dry_run)
+        return [(p.name, p.created) for p in found]
+
+    def provision_details(
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        using: str | None = None,
+        dry_run: bool = False,
+    ) -> list[Provisioned]:
+        """:meth:`provision`, saying what was (or, ``dry_run``, would be) made per sequence.
+
+        For each declared sequence: its definition and counter row (``define``) if it does not
+        exist; the rows ``name#0`` … ``name#N-1`` of a ``strict`` sequence with
+        ``options["shards"] = N`` (unless its template restarts per period: those rows are
+        ``name:<stamp>#i``, made on first use); the tables of an ``autoincrement`` sequence
+        (``create_tables``). An existing definition is left as it is, and what is made for it
+        follows the stored definition, not the declaration. Running it again makes nothing.
+        """
         from .conf import app_settings, sequence_defaults
+        from .strategies import validate
 
         declared: dict[str, Any] = app_settings.SEQUENCES
         wanted = list(declared) if names is None else list(names)
         unknown = [n for n in wanted if n not in declared]
         if unknown:
+            known = ", ".join(declared) or "none"
             raise InvalidDefinition(
-                f"Not declared in DJANGO_SEQUENCES['SEQUENCES']: {', '.join(unknown)}."
+                f"Not declared in DJANGO_SEQUENCES['SEQUENCES']: {', '.join(unknown)} "
+                f"(declared: {known})."
             )
+        alias = resolve_alias(using)
         done = []
         for name in wanted:
-            if self.spec(name, using=using) is not None:
-                done.append((name, False))
-                continue
-            d = sequence_defaults(declared[name], app_settings.DEFAULT_STEP)
-            self.define(name, using=using, exist_ok=True, **d)
-            done.append((name, True))
+            spec = self.spec(name, using=alias)
+            created = spec is None
+            if spec is None:
+                d = sequence_defaults(declared[name], app_settings.DEFAULT_STEP)
+                if dry_run:
+                    check_name(name)
+                    check_bounds(d["step"], d["min_value"], d["max_value"])
+                    spec = SequenceSpec(name=name, **d)
+                    validate(spec)
+                else:
+                    spec = self.define(name, using=alias, exist_ok=True, **d).spec()
+            rows = _provision_shard_rows(spec, alias, dry_run=dry_run, new=created)
+            tables: list[str] = []
+            if spec.strategy == "autoincrement":
+                from .sources.autoincrement import create_tables
+
+                tables = create_tables(spec, alias, dry_run=dry_run)
+            done.append(Provisioned(name, created, tuple(rows), tuple(tables)))
         return done
 
     def define(
@@ -206,6 +247,71 @@ def _row_for(seq: Sequence, key: str) -> Segment:
         max_value=seq.max_value,
         step=seq.step,
     )
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """What provisioning made (or, in a dry run, would make) for one declared sequence."""
+
+    name: str
+    #: the definition and its counter row were (would be) created
+    created: bool
+    #: keys of the shard rows created
+    rows: tuple[str, ...] = ()
+    #: auto-increment tables created, as ``alias.table``
+    tables: tuple[str, ...] = ()
+
+
+def shard_keys(spec: SequenceSpec) -> list[str]:
+    """The shard rows a definition counts in before any period: ``name#0`` … ``name#N-1`` for
+    a ``strict`` sequence with ``options["shards"] = N`` > 1 whose counter never restarts;
+    else none."""
+    shards = spec.options.get("shards", 1)
+    if spec.strategy != "strict" or not isinstance(shards, int) or shards <= 1:
+        return []
+    if spec.template:
+        from .numbers import compile_template, reset_period
+
+        if reset_period(spec, compile_template(spec)) is not None:
+            return []  # per-period shard rows, name:<stamp>#i, are made on first use
+    return [f"{spec.name}#{i}" for i in range(shards)]
+
+
+def _provision_shard_rows(spec: SequenceSpec, alias: str, *, dry_run: bool, new: bool) -> list[str]:
+    """Create the missing shard rows of ``spec`` (each insert commits on its own; a row another
+    process inserted first is not reported); the keys created, or those a dry run would
+    create (all of them for a definition not made yet, ``new``)."""
+    from .models import Segment, Sequence
+
+    keys = shard_keys(spec)
+    if not keys or (dry_run and new):
+        return keys
+
+    def write(w: BaseDatabaseWrapper) -> list[str]:
+        have = {k for (k,) in _select(w, Segment.objects.filter(key__in=keys).values_list("key"))}
+        missing = [k for k in keys if k not in have]
+        if dry_run or not missing:
+            return missing
+        found = _select(
+            w,
+            Sequence.objects.filter(name=spec.name).values_list(
+                "pk", "step", "min_value", "max_value"
+            ),
+        )
+        if not found:
+            raise SequenceNotFound(spec.name, using=alias)
+        pk, step, lo, hi = found[0]
+        seq = Sequence(pk=pk, name=spec.name, step=step, min_value=lo, max_value=hi)
+        made = []
+        for key in missing:
+            try:
+                _insert(w, _row_for(seq, key))
+            except IntegrityError:  # another process made it first: fine
+                continue
+            made.append(key)
+        return made
+
+    return _on_private(alias, spec.name, write)
 
 
 class SegmentManager(models.Manager["Segment"]):

@@ -1,0 +1,91 @@
+"""``manage.py sequences_explain NAME VALUE``: the issue's *explain*: decode a value of a
+sequence into its parts, or read a templated number back into its parts.
+
+A thin wrapper over :func:`~django_sequences.api.explain` (structured values: snowflake,
+timestamp, autoincrement) and :func:`~django_sequences.numbers.parse_number` (a VALUE that is
+not an integer, or an integer of a templated sequence whose values have no parts).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...api import explain
+from ...exceptions import InvalidDefinition, SequenceError, SequenceNotFound
+from ...models import Sequence
+from ...numbers import parse_number
+from ...operations import missing_hint
+
+
+class Command(BaseCommand):
+    help = "Decode a value of a sequence (snowflake, timestamp …) or parse a templated number."
+
+    UNKNOWN = "No sequence named {name!r}. {hint}"
+    VALUE = "value {value} of {name}:"
+    NUMBER = "number {number} of {name}:"
+    PART = "  {part}: {value}"
+    NOT_A_VALUE = (
+        "{value!r} is not an integer, and sequence {name!r} has no template to read it as a number."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", metavar="NAME")
+        parser.add_argument("value", metavar="VALUE", help="a value, or a templated number")
+        parser.add_argument("--database", default=None, help="alias holding the definitions")
+        parser.add_argument("--json", action="store_true", help="print the parts as JSON")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        name: str = options["name"]
+        raw: str = options["value"]
+        using: str | None = options["database"]
+        try:
+            spec = Sequence.objects.spec(name, using=using)
+            if spec is None:
+                raise SequenceNotFound(name, using=using)
+            value = _int(raw)
+            parts: dict[str, Any] | None = None
+            if value is not None:
+                try:
+                    parts = explain(name, value, using=using)
+                except InvalidDefinition:
+                    if not spec.template:
+                        raise  # plain counters: its message says so
+            if parts is None:
+                if not spec.template:
+                    raise CommandError(self.NOT_A_VALUE.format(value=raw, name=name))
+                parts = parse_number(name, raw, using=using)
+                kind, head = "number", self.NUMBER.format(number=raw, name=name)
+            else:
+                kind, head = "value", self.VALUE.format(value=value, name=name)
+        except SequenceNotFound as exc:
+            raise CommandError(
+                self.UNKNOWN.format(name=name, hint=missing_hint(name, using))
+            ) from exc
+        except SequenceError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["json"]:
+            data = {"sequence": name, kind: value if kind == "value" else raw, "parts": parts}
+            self.stdout.write(json.dumps(data, indent=2, default=_json_default))
+            return
+        self.stdout.write(head)
+        for part, got in parts.items():
+            self.stdout.write(self.PART.format(part=part, value=_text(got)))
+
+
+def _int(raw: str) -> int | None:
+    """``raw`` as an int if it is one written in decimal digits (an optional minus sign)."""
+    text = raw.strip()
+    digits = text[1:] if text.startswith("-") else text
+    return int(text) if digits.isdigit() and digits.isascii() else None
+
+
+def _text(value: object) -> str:
+    return value.isoformat() if isinstance(value, date | datetime) else str(value)
+
+
+def _json_default(value: object) -> Any:
+    return _text(value)

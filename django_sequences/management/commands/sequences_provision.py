@@ -1,0 +1,79 @@
+"""``manage.py sequences_provision [NAME …]``: the issue's *provision*: create the sequences
+declared in ``DJANGO_SEQUENCES["SEQUENCES"]``, with their shard rows and auto-increment tables.
+
+A thin wrapper over :meth:`Sequence.objects.provision_details
+<django_sequences.managers.SequenceManager.provision_details>`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...exceptions import SequenceError
+from ...models import Sequence
+
+
+class Command(BaseCommand):
+    help = (
+        "Create the sequences declared in DJANGO_SEQUENCES['SEQUENCES'] (all, or those named) "
+        "that do not exist yet, with their shard rows and auto-increment tables. Idempotent."
+    )
+
+    CREATED = "created {name}"
+    WOULD_CREATE = "would create {name}"
+    ROW_CREATED = "created row {key}"
+    ROW_WOULD_CREATE = "would create row {key}"
+    TABLE_CREATED = "created table {table}"
+    TABLE_WOULD_CREATE = "would create table {table}"
+    UP_TO_DATE = "{name}: up to date"
+    NONE_DECLARED = "No sequences are declared in DJANGO_SEQUENCES['SEQUENCES']."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("names", nargs="*", metavar="NAME", help="default: every declared one")
+        parser.add_argument("--database", default=None, help="alias holding the definitions")
+        parser.add_argument("--dry-run", action="store_true", help="only say what would be made")
+        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        dry_run: bool = options["dry_run"]
+        try:
+            done = Sequence.objects.provision_details(
+                options["names"] or None, using=options["database"], dry_run=dry_run
+            )
+        except SequenceError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["json"]:
+            data = {
+                "dry_run": dry_run,
+                "sequences": [
+                    {
+                        "name": p.name,
+                        "created": p.created,
+                        "rows": list(p.rows),
+                        "tables": list(p.tables),
+                    }
+                    for p in done
+                ],
+            }
+            self.stdout.write(json.dumps(data, indent=2))
+            return
+        if not done:
+            self.stdout.write(self.NONE_DECLARED)
+        for p in done:
+            if p.created:
+                self.stdout.write(
+                    (self.WOULD_CREATE if dry_run else self.CREATED).format(name=p.name)
+                )
+            for key in p.rows:
+                self.stdout.write(
+                    (self.ROW_WOULD_CREATE if dry_run else self.ROW_CREATED).format(key=key)
+                )
+            for table in p.tables:
+                self.stdout.write(
+                    (self.TABLE_WOULD_CREATE if dry_run else self.TABLE_CREATED).format(table=table)
+                )
+            if not (p.created or p.rows or p.tables):
+                self.stdout.write(self.UP_TO_DATE.format(name=p.name))
