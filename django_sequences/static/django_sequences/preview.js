@@ -1,0 +1,112 @@
+/* The sequence change form's live preview: as the definition is edited, ask the admin's
+ * preview endpoint (JSON) for the next numbers and show them. Nothing is issued. */
+"use strict";
+(function () {
+  const FIELDS = [
+    "name", "strategy", "options", "template", "reset",
+    "step", "min_value", "max_value", "cycle", "preview_context",
+  ];
+
+  function start() {
+    const box = document.getElementById("dsq-preview");
+    if (!box || !window.fetch) {
+      return;
+    }
+    let timer = null;
+    let latest = 0;
+
+    function query() {
+      const q = new URLSearchParams();
+      if (box.dataset.objectId) {
+        q.set("object_id", box.dataset.objectId);
+      }
+      for (const name of FIELDS) {
+        const el = document.getElementById("id_" + name);
+        if (!el) {
+          continue;
+        }
+        const value = el.type === "checkbox" ? (el.checked ? "1" : "") : el.value;
+        q.set(name === "preview_context" ? "context" : name, value);
+      }
+      return q;
+    }
+
+    function el(tag, cls, text) {
+      const node = document.createElement(tag);
+      if (cls) {
+        node.className = cls;
+      }
+      if (text !== undefined) {
+        node.textContent = text;  // never innerHTML: the template is user text
+      }
+      return node;
+    }
+
+    function show(data) {
+      box.replaceChildren();
+      if (!data.ok) {
+        box.appendChild(el("p", "dsq-preview-error errornote", data.error));
+        box.dataset.state = "error";
+        return;
+      }
+      const list = el("ol", "dsq-preview-list");
+      data.values.forEach(function (value, i) {
+        const item = el("li");
+        const number = data.numbers.length ? data.numbers[i] : value;
+        item.appendChild(el("code", "dsq-number", number));
+        item.appendChild(document.createTextNode(" "));
+        item.appendChild(el("span", "dsq-value", "(" + value + ")"));
+        list.appendChild(item);
+      });
+      box.appendChild(list);
+      box.appendChild(el("p", "dsq-preview-note help", data.note));
+      box.dataset.state = "ready";
+    }
+
+    function refresh() {
+      const mine = ++latest;
+      box.setAttribute("aria-busy", "true");
+      box.dataset.state = "loading";
+      fetch(box.dataset.url + "?" + query().toString(), {
+        credentials: "same-origin",
+        headers: { Accept: "application/json" },
+      })
+        .then(function (response) { return response.json(); })
+        .then(function (data) {
+          if (mine === latest) {
+            show(data);
+          }
+        })
+        .catch(function (err) {
+          if (mine === latest) {
+            show({ ok: false, error: "Preview unavailable: " + err });
+          }
+        })
+        .finally(function () {
+          if (mine === latest) {
+            box.removeAttribute("aria-busy");
+          }
+        });
+    }
+
+    function schedule() {
+      clearTimeout(timer);
+      timer = setTimeout(refresh, 250);
+    }
+
+    for (const name of FIELDS) {
+      const input = document.getElementById("id_" + name);
+      if (input) {
+        input.addEventListener("input", schedule);
+        input.addEventListener("change", schedule);
+      }
+    }
+    box.dataset.state = "ready";
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();

@@ -1,0 +1,620 @@
+"""The admin through Django's test client, as a superuser: the sequence list's figures, the
+change form's preview and validation, the status page's chart, the counter rows' "set value"
+confirmation, the worker-lease action and the API token shown once."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from django_sequences.admin import chart_svg, parse_context, upcoming
+from django_sequences.core.base import SequenceSpec
+from django_sequences.models import (
+    ApiToken,
+    IssuedNumber,
+    IssueStat,
+    Segment,
+    Sequence,
+    WorkerLease,
+)
+from django_sequences.stats import minute_of
+
+# the lease runs on its own connection and commits: the tests see real, committed rows
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHANGELIST = "admin:django_sequences_sequence_changelist"
+
+
+def change_url(seq: Sequence) -> str:
+    return reverse("admin:django_sequences_sequence_change", args=[seq.pk])
+
+
+def preview_url() -> str:
+    return reverse("admin:django_sequences_sequence_preview")
+
+
+def status_url(seq: Sequence) -> str:
+    return reverse("admin:django_sequences_sequence_status", args=[seq.pk])
+
+
+def defined(name: str, **kwargs: Any) -> Sequence:
+    """A sequence whose row has leased ``step`` values (step 10 by default)."""
+    kwargs.setdefault("step", 10)
+    seq = Sequence.objects.define(name, **kwargs)
+    Segment.objects.lease(name)
+    return seq
+
+
+def seed_stats(name: str, counts: list[int], *, source: str = "web-1:42") -> None:
+    """``counts[i]`` values issued ``len(counts) - 1 - i`` minutes ago (the last: this minute)."""
+    now = minute_of(timezone.now())
+    IssueStat.objects.bulk_create(
+        IssueStat(
+            sequence=name,
+            minute=now - timedelta(minutes=len(counts) - 1 - i),
+            source=source,
+            count=c,
+        )
+        for i, c in enumerate(counts)
+    )
+
+
+def form_data(seq: Sequence, **changes: Any) -> dict[str, Any]:
+    """The change form's POST for ``seq`` (name, strategy and options are read-only there)."""
+    data: dict[str, Any] = {
+        "step": seq.step,
+        "min_value": seq.min_value,
+        "max_value": seq.max_value,
+        "template": seq.template,
+        "reset": seq.reset,
+        "preview_context": "",
+        # the counter-rows inline: none added
+        "segments-TOTAL_FORMS": "0",
+        "segments-INITIAL_FORMS": "0",
+        "segments-MIN_NUM_FORMS": "0",
+        "segments-MAX_NUM_FORMS": "1000",
+    }
+    if seq.cycle:
+        data["cycle"] = "on"
+    data.update(changes)
+    return data
+
+
+# --- the sequence list ------------------------------------------------------------------------
+
+
+def test_changelist_shows_current_value_the_fill_bar_and_the_rate(admin_client: Client) -> None:
+    defined("adm.list", max_value=1000)
+    seed_stats("adm.list", [30, 30, 30])  # 90 values in the last 15 minutes
+    Sequence.objects.define("adm.snow", strategy="snowflake")
+
+    response = admin_client.get(reverse(CHANGELIST))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    row = html[html.index(">adm.list<") :]
+    row = row[: row.index("</tr>")]
+    assert 'class="field-current_value">10<' in row
+    assert 'class="dsq-bar"' in row and "width:1.00%" in row
+    assert "990 left (1.0%)" in row
+    assert "6.0/min" in row
+    assert reverse("admin:django_sequences_sequence_status", args=[1]).rsplit("/", 3)[0] in row
+    snow = html[html.index(">adm.snow<") :]
+    snow = snow[: snow.index("</tr>")]
+    assert 'class="field-current_value">—<' in snow  # no counter: no figures
+    assert "0.0/min" in snow
+
+
+def test_fill_bar_turns_red_near_max(admin_client: Client) -> None:
+    seq = Sequence.objects.define("adm.full", step=96, max_value=100)
+    Segment.objects.lease("adm.full")
+
+    html = admin_client.get(reverse(CHANGELIST)).content.decode()
+
+    assert "4 left (96.0%)" in html and "#ba2121" in html
+    assert seq.pk
+
+
+# --- the change form and its preview --------------------------------------------------------
+
+
+def test_change_form_shows_the_preview_its_script_and_the_status_link(
+    admin_client: Client,
+) -> None:
+    seq = defined("adm.form", template="SO{seq:06}")
+
+    response = admin_client.get(change_url(seq))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'id="dsq-preview"' in html and f'data-url="{preview_url()}"' in html
+    assert "django_sequences/preview.js" in html and "django_sequences/admin.css" in html
+    assert '<code class="dsq-number">SO000011</code>' in html  # the row leased 1..10
+    assert status_url(seq) in html
+    assert 'name="preview_context"' in html
+    # name, strategy and options are fixed once the sequence exists
+    assert 'name="name"' not in html and 'name="strategy"' not in html
+
+
+def test_preview_endpoint_returns_the_next_numbers_as_json_and_consumes_nothing(
+    admin_client: Client,
+) -> None:
+    seq = defined("adm.preview", template="SO{seq:06}")
+    before = Segment.objects.values_list("value", "version").get(key="adm.preview")
+
+    response = admin_client.get(
+        preview_url(), {"object_id": str(seq.pk), "template": "QJ{seq:08}", "step": "10"}
+    )
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    data = response.json()
+    assert data["ok"] is True
+    assert data["numbers"] == [f"QJ{v:08}" for v in range(11, 16)]
+    assert data["values"] == ["11", "12", "13", "14", "15"]  # strings: BIGINTs survive JS
+    assert data["rows"] == ["adm.preview"]
+    assert Segment.objects.values_list("value", "version").get(key="adm.preview") == before
+    assert Sequence.objects.get(pk=seq.pk).template == "SO{seq:06}"  # nothing saved
+
+
+def test_preview_with_context_lines(admin_client: Client) -> None:
+    seq = defined("adm.waybill", template="{ctx.area:3}-{ctx.unit:4}-{seq:05}")
+    url = preview_url()
+
+    ok = admin_client.get(url, {"object_id": str(seq.pk), "context": "area=010\nunit = 6541\n"})
+    missing = admin_client.get(url, {"object_id": str(seq.pk), "context": "area=010"})
+    malformed = admin_client.get(url, {"object_id": str(seq.pk), "context": "area"})
+
+    assert ok.json()["numbers"][0] == "010-6541-00011"
+    assert missing.json()["ok"] is False and "unit" in missing.json()["error"]
+    assert malformed.json()["ok"] is False and "key=value" in malformed.json()["error"]
+
+
+def test_preview_of_a_daily_counter_reads_todays_row(admin_client: Client) -> None:
+    seq = Sequence.objects.define("adm.daily", step=10, template="D{date:%Y%m%d}{seq:05}")
+    stamp = timezone.now().strftime("%Y%m%d")
+
+    fresh = admin_client.get(preview_url(), {"object_id": str(seq.pk)}).json()
+    Segment.objects.lease(f"adm.daily:{stamp}", sequence="adm.daily")
+    leased = admin_client.get(preview_url(), {"object_id": str(seq.pk)}).json()
+
+    assert fresh["numbers"][0] == f"D{stamp}00001"
+    assert "no counter row yet" in fresh["note"]
+    assert leased["rows"] == [f"adm.daily:{stamp}"]
+    assert leased["numbers"][0] == f"D{stamp}00011"
+
+
+def test_preview_errors_are_json_not_500(admin_client: Client) -> None:
+    seq = defined("adm.bad", template="SO{seq:06}")
+    url = preview_url()
+
+    bad_template = admin_client.get(url, {"object_id": str(seq.pk), "template": "SO{seq:06"}).json()
+    bad_bounds = admin_client.get(
+        url, {"object_id": str(seq.pk), "min_value": "5", "max_value": "5"}
+    )
+    not_int = admin_client.get(url, {"object_id": str(seq.pk), "step": "ten"}).json()
+    too_wide = admin_client.get(
+        url, {"object_id": str(seq.pk), "template": "{seq:01}", "min_value": "10"}
+    ).json()
+
+    assert bad_template["ok"] is False and "^" in bad_template["error"]
+    assert bad_bounds.status_code == 200
+    assert bad_bounds.json() == {
+        "ok": False,
+        "error": "min_value must be below max_value; got min_value=5, max_value=5.",
+    }
+    assert not_int == {"ok": False, "error": "step must be an integer; got 'ten'."}
+    assert too_wide["ok"] is False and "{seq:01}" in too_wide["error"]
+
+
+def test_preview_on_the_add_form_uses_every_field(admin_client: Client) -> None:
+    data = admin_client.get(
+        preview_url(),
+        {
+            "name": "adm.new",
+            "strategy": "strict",
+            "options": '{"shards": 2}',
+            "template": "N{seq:04}",
+            "min_value": "1",
+            "max_value": "9999",
+            "step": "1",
+        },
+    ).json()
+    refused = admin_client.get(
+        preview_url(), {"name": "adm.new", "strategy": "strict", "options": '{"shards": 0}'}
+    ).json()
+
+    # shard i issues counter * 2 + i: shard 0 from 2, shard 1 from 3
+    assert data["numbers"] == ["N0002", "N0003", "N0004", "N0005", "N0006"]
+    assert data["rows"] == ["adm.new#0", "adm.new#1"]
+    assert refused["ok"] is False and "shards" in refused["error"]
+
+
+def test_preview_needs_the_admin(client: Client) -> None:
+    seq = defined("adm.private")
+
+    response = client.get(preview_url(), {"object_id": str(seq.pk)})
+
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_a_bad_template_is_shown_in_the_form_with_its_caret(admin_client: Client) -> None:
+    seq = defined("adm.caret", template="SO{seq:06}")
+
+    response = admin_client.post(change_url(seq), form_data(seq, template="SO{seq:08"))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["template"]
+    assert "^" in errors["template"][0]
+    assert 'id="id_template_error"' in html or "errorlist" in html
+    assert Sequence.objects.get(pk=seq.pk).template == "SO{seq:06}"
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"min_value": 50, "max_value": 50}, "min_value", "min_value must be below max_value"),
+        ({"step": 0}, "step", "step must be at least 1"),
+        ({"max_value": 5}, "max_value", "leased values up to 10 already"),
+        ({"step": "x"}, "step", "Enter a whole number."),
+        ({"reset": "hour"}, "__all__", "shows no whole year"),
+    ],
+)
+def test_bad_bounds_and_definitions_are_form_errors(
+    admin_client: Client, changes: dict[str, Any], field: str, message: str
+) -> None:
+    seq = defined("adm.bounds", template="B{seq:05}", max_value=99_999)
+
+    response = admin_client.post(change_url(seq), form_data(seq, **changes))
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert message in " ".join(errors.get(field, [])), errors
+    assert len(errors) == 1, errors
+    stored = Sequence.objects.get(pk=seq.pk)
+    assert (stored.step, stored.max_value, stored.reset) == (10, 99_999, "")
+
+
+def test_strategy_option_errors_on_the_add_form(admin_client: Client) -> None:
+    add = reverse("admin:django_sequences_sequence_add")
+    data = {
+        "name": "adm.added",
+        "strategy": "strict",
+        "options": '{"shards": 0}',
+        "step": 1,
+        "min_value": 1,
+        "max_value": 1000,
+        "template": "",
+        "reset": "",
+        "segments-TOTAL_FORMS": "0",
+        "segments-INITIAL_FORMS": "0",
+    }
+
+    refused = admin_client.post(add, data)
+    unknown = admin_client.post(add, {**data, "options": '{"colour": "red"}'})
+    a_list = admin_client.post(add, {**data, "options": "[1, 2]"})
+    created = admin_client.post(add, {**data, "options": '{"shards": 2}'})
+
+    assert refused.status_code == 200
+    errors = refused.context["adminform"].form.errors
+    assert "options['shards'] must be from 1 to 1024" in errors["__all__"][0]
+    assert "options[&#x27;shards&#x27;] must be from 1 to 1024" in refused.content.decode()
+    assert unknown.status_code == 200
+    assert "has no option(s)" in unknown.context["adminform"].form.errors["__all__"][0]
+    assert a_list.status_code == 200
+    assert "JSON object" in a_list.context["adminform"].form.errors["options"][0]
+    assert created.status_code == 302
+    assert Sequence.objects.get(name="adm.added").options == {"shards": 2}
+
+
+def test_an_edit_is_saved_and_reaches_the_counter_rows(admin_client: Client) -> None:
+    seq = defined("adm.edit", template="SO{seq:06}")
+
+    response = admin_client.post(
+        change_url(seq),
+        form_data(seq, step=25, max_value=500_000, template="SO{seq:06}{check:luhn}"),
+    )
+
+    assert response.status_code == 302
+    stored = Sequence.objects.get(pk=seq.pk)
+    assert (stored.step, stored.max_value, stored.template) == (
+        25,
+        500_000,
+        "SO{seq:06}{check:luhn}",
+    )
+    assert Segment.objects.values_list("step", "max_value", "value").get(key="adm.edit") == (
+        25,
+        500_000,
+        10,  # the row's value is never touched by an edit
+    )
+
+
+# --- the status page ---------------------------------------------------------------------------
+
+
+def test_status_page_shows_figures_rows_leases_and_an_svg_chart(admin_client: Client) -> None:
+    seq = defined("adm.status", max_value=1000)
+    seed_stats("adm.status", [5, 0, 7, 0, 0, 12])  # three minutes with values
+    seed_stats("adm.other", [99])  # another sequence: not charted
+    WorkerLease.objects.create(
+        namespace="adm.status",
+        worker_id=3,
+        owner_host="web-1",
+        owner_pid=42,
+        owner_uuid="u-live",
+        acquired_at=timezone.now() - timedelta(minutes=5),
+        expires_at=timezone.now() + timedelta(minutes=5),
+    )
+
+    response = admin_client.get(status_url(seq))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    start = html.index('<svg xmlns="http://www.w3.org/2000/svg" class="dsq-chart"')
+    svg = html[start : html.index("</svg>", start) + 6]
+    assert 'class="dsq-chart"' in svg and 'role="img"' in svg
+    assert len(re.findall(r'<rect class="bar"', svg)) == 3
+    assert svg.count('class="axis"') == 2
+    assert ": 12</title>" in svg  # the tallest bar's tooltip
+    assert '<td id="dsq-total">24</td>' in html
+    assert '<td id="dsq-current">10</td>' in html
+    assert ">adm.status</a></td><td>10</td>" in html  # the row, linked
+    assert "web-1 pid 42 (u-live)" in html
+    assert admin_client.get(status_url(seq), {"hours": "1"}).status_code == 200
+    assert admin_client.get(status_url(seq), {"hours": "lots"}).status_code == 200
+
+
+def test_chart_escapes_text_and_places_bars_by_minute() -> None:
+    end = timezone.now()
+    start = minute_of(end) - timedelta(minutes=9)
+    series = [(start, 4), (start + timedelta(minutes=9), 2)]
+
+    svg = chart_svg(series, end=end, minutes=10, title='<script>alert("x")</script>')
+
+    assert "<script>" not in svg and "&lt;script&gt;" in svg
+    bars = re.findall(
+        r'<rect class="bar" x="([\d.]+)" y="[\d.]+" width="[\d.]+" height="([\d.]+)"', svg
+    )
+    assert len(bars) == 2
+    (x0, h0), (x1, h1) = ((float(x), float(h)) for x, h in bars)
+    assert x0 == 64 and x1 > x0 and h0 == 2 * h1  # top of the axis is 5: 4 and 2 of it
+
+
+def test_status_of_an_unknown_sequence_is_404(admin_client: Client) -> None:
+    assert admin_client.get("/admin/django_sequences/sequence/999999/status/").status_code == 404
+
+
+# --- counter rows: set value -------------------------------------------------------------------
+
+
+def set_value_url(row: Segment) -> str:
+    return reverse("admin:django_sequences_segment_set_value", args=[row.pk])
+
+
+def test_segment_value_is_read_only_in_its_change_form(admin_client: Client) -> None:
+    defined("adm.ro")
+    row = Segment.objects.get(key="adm.ro")
+
+    html = admin_client.get(
+        reverse("admin:django_sequences_segment_change", args=[row.pk])
+    ).content.decode()
+
+    assert 'name="value"' not in html
+    assert set_value_url(row) in html  # the superuser's way, behind a confirmation
+
+
+def test_set_value_raises_the_row_after_a_confirmation(admin_client: Client) -> None:
+    defined("adm.raise")
+    row = Segment.objects.get(key="adm.raise")
+    url = set_value_url(row)
+
+    form = admin_client.get(url)
+    review = admin_client.post(url, {"value": 500, "version": row.version})
+    unchanged = Segment.objects.get(pk=row.pk)
+    done = admin_client.post(url, {"value": 500, "version": row.version, "confirm": "yes"})
+
+    assert form.status_code == 200 and 'name="value"' in form.content.decode()
+    assert review.status_code == 200
+    assert "Raise adm.raise from 10 to 500?" in review.content.decode()
+    assert "490 value(s) are skipped" in review.content.decode()
+    assert (unchanged.value, unchanged.version) == (10, row.version)  # nothing before "yes"
+    assert done.status_code == 302
+    after = Segment.objects.get(pk=row.pk)
+    assert (after.value, after.version) == (500, row.version + 1)
+    assert Segment.objects.lease("adm.raise") == (501, 510)  # the gap is never issued
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (3, "Refused: 3 is below the last leased value 10"),
+        (10, "at 10 already"),
+        (2000, "above the row&#x27;s max value 1000"),
+    ],
+)
+def test_set_value_refuses_to_lower_the_row(admin_client: Client, value: int, message: str) -> None:
+    defined("adm.lower", max_value=1000)
+    row = Segment.objects.get(key="adm.lower")
+
+    review = admin_client.post(set_value_url(row), {"value": value, "version": row.version})
+    forced = admin_client.post(
+        set_value_url(row), {"value": value, "version": row.version, "confirm": "yes"}
+    )
+
+    assert review.status_code == 200 and message in review.content.decode()
+    assert forced.status_code == 200 and message in forced.content.decode()
+    assert Segment.objects.values_list("value", "version").get(pk=row.pk) == (10, row.version)
+
+
+def test_set_value_does_not_overwrite_a_lease_taken_meanwhile(admin_client: Client) -> None:
+    defined("adm.race")
+    row = Segment.objects.get(key="adm.race")
+    url = set_value_url(row)
+    admin_client.post(url, {"value": 500, "version": row.version})  # the confirmation page
+    Segment.objects.lease("adm.race")  # another process leases 11..20
+
+    response = admin_client.post(url, {"value": 500, "version": row.version, "confirm": "yes"})
+
+    assert response.status_code == 200
+    assert "leased meanwhile" in response.content.decode()
+    assert Segment.objects.values_list("value", "version").get(pk=row.pk) == (20, row.version + 1)
+
+
+def test_set_value_is_for_superusers_only(client: Client) -> None:
+    defined("adm.staff")
+    row = Segment.objects.get(key="adm.staff")
+    staff = User.objects.create_user("staff", password="pw", is_staff=True)
+    staff.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_segment", "change_segment"])
+    )
+    client.force_login(staff)
+
+    assert client.get(set_value_url(row)).status_code == 403
+    assert (
+        client.post(set_value_url(row), {"value": 99, "version": 1, "confirm": "yes"}).status_code
+        == 403
+    )
+    assert Segment.objects.get(pk=row.pk).value == 10
+
+
+# --- worker leases ---------------------------------------------------------------------------
+
+
+def test_release_action_releases_expired_leases_only(admin_client: Client) -> None:
+    now = timezone.now()
+    expired = WorkerLease.objects.create(
+        namespace="adm.snow",
+        worker_id=1,
+        owner_host="gone",
+        owner_pid=7,
+        owner_uuid="u-expired",
+        acquired_at=now - timedelta(hours=2),
+        expires_at=now - timedelta(hours=1),
+        last_timestamp=123_456,
+        version=4,
+    )
+    live = WorkerLease.objects.create(
+        namespace="adm.snow",
+        worker_id=2,
+        owner_host="here",
+        owner_pid=8,
+        owner_uuid="u-live",
+        acquired_at=now - timedelta(minutes=1),
+        expires_at=now + timedelta(hours=1),
+        last_timestamp=654_321,
+        version=9,
+    )
+    changelist = reverse("admin:django_sequences_workerlease_changelist")
+
+    listing = admin_client.get(changelist).content.decode()
+    response = admin_client.post(
+        changelist,
+        {"action": "release_expired_leases", "_selected_action": [expired.pk, live.pk]},
+        follow=True,
+    )
+
+    assert "gone pid 7 (u-expired)" in listing and "here pid 8 (u-live)" in listing
+    assert "2:00:0" in listing  # the expired lease's age (acquired two hours ago)
+    assert response.status_code == 200
+    assert "Released 1 expired lease(s): adm.snow#1." in response.content.decode()
+    gone = WorkerLease.objects.get(pk=expired.pk)
+    assert (gone.owner_uuid, gone.owner_pid, gone.expires_at) == ("", None, None)
+    assert (gone.last_timestamp, gone.version) == (123_456, 5)  # kept, and bumped
+    still = WorkerLease.objects.get(pk=live.pk)
+    assert (still.owner_uuid, still.version, still.last_timestamp) == ("u-live", 9, 654_321)
+
+
+def test_worker_leases_cannot_be_edited_or_deleted_by_hand(admin_client: Client) -> None:
+    lease = WorkerLease.objects.create(namespace="adm.ro", worker_id=0)
+    change = reverse("admin:django_sequences_workerlease_change", args=[lease.pk])
+
+    assert 'name="last_timestamp"' not in admin_client.get(change).content.decode()
+    delete = reverse("admin:django_sequences_workerlease_delete", args=[lease.pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    assert WorkerLease.objects.filter(pk=lease.pk).exists()
+
+
+# --- issued numbers and API tokens -------------------------------------------------------------
+
+
+def test_issued_numbers_are_read_only(admin_client: Client) -> None:
+    IssuedNumber.objects.create(sequence="adm.log", value=1, number="L1", issued_at=timezone.now())
+
+    listing = admin_client.get(reverse("admin:django_sequences_issuednumber_changelist"))
+    add = admin_client.get(reverse("admin:django_sequences_issuednumber_add"))
+
+    assert listing.status_code == 200 and ">L1<" in listing.content.decode()
+    assert add.status_code == 403
+
+
+def test_a_new_token_is_shown_once_and_stored_as_its_digest(admin_client: Client) -> None:
+    add = reverse("admin:django_sequences_apitoken_add")
+
+    response = admin_client.post(
+        add, {"name": "billing", "sequences": "shop.order, shop.invoice", "is_active": "on"}
+    )
+
+    assert response.status_code == 200
+    assert "no-store" in response["Cache-Control"] or "no-cache" in response["Cache-Control"]
+    found = re.search(r'id="dsq-token"[^>]*>(dsq_[A-Za-z0-9_-]+)<', response.content.decode())
+    assert found, response.content.decode()
+    token = found.group(1)
+    row = ApiToken.objects.get(name="billing")
+    assert row.digest == hashlib.sha256(token.encode()).hexdigest()
+    assert row.prefix == token[:12]
+    assert row.sequences == ["shop.order", "shop.invoice"] and row.allows("shop.order")
+    assert not ApiToken.objects.filter(digest=token).exists()
+    # never again: not on its page, not in the list
+    change = reverse("admin:django_sequences_apitoken_change", args=[row.pk])
+    for page in (change, reverse("admin:django_sequences_apitoken_changelist")):
+        html = admin_client.get(page).content.decode()
+        assert token not in html and row.digest not in html
+        assert row.prefix in html
+    listing = admin_client.get(reverse("admin:django_sequences_apitoken_changelist"))
+    assert "shop.order, shop.invoice" in listing.content.decode()
+
+
+def test_a_token_is_edited_without_a_new_secret(admin_client: Client) -> None:
+    row, _token = ApiToken.create_token("ops", ["*"])
+    change = reverse("admin:django_sequences_apitoken_change", args=[row.pk])
+
+    response = admin_client.post(change, {"name": "ops", "sequences": "adm.a", "is_active": ""})
+    refused = admin_client.post(
+        change, {"name": "ops", "sequences": "bad name!", "is_active": "on"}
+    )
+
+    assert response.status_code == 302
+    stored = ApiToken.objects.get(pk=row.pk)
+    assert (stored.sequences, stored.is_active, stored.digest) == (["adm.a"], False, row.digest)
+    assert refused.status_code == 200 and "may hold only letters" in refused.content.decode()
+
+
+# --- the pure helpers --------------------------------------------------------------------------
+
+
+def test_parse_context_nests_dotted_keys() -> None:
+    assert parse_context("area=010\n# note\n\nwarehouse.code = W1\n") == {
+        "area": "010",
+        "warehouse": {"code": "W1"},
+    }
+    with pytest.raises(ValueError, match="line 1"):
+        parse_context("=x")
+
+
+def test_upcoming_wraps_only_cycling_sequences() -> None:
+    spec = SequenceSpec(name="u", min_value=1, max_value=12)
+    assert upcoming(spec, ["u"], {"u": 10}, 5) == [11, 12]
+    cycling = SequenceSpec(name="u", min_value=1, max_value=12, cycle=True)
+    assert upcoming(cycling, ["u"], {"u": 10}, 5) == [11, 12, 1, 2, 3]
+    raised = SequenceSpec(name="u", min_value=100, max_value=1000)
+    assert upcoming(raised, ["u"], {"u": 10}, 2) == [100, 101]  # min_value raised since
