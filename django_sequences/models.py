@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from .compat import check_constraint
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
-from .exceptions import InvalidDefinition, InvalidName
+from .exceptions import InvalidDefinition, InvalidName, TemplateError
 from .managers import SegmentManager, SequenceManager
 from .sources.workers import WorkerLeaseManager
 from .strategies import validate
@@ -109,9 +109,15 @@ class Sequence(_Bounds):
             check_name(self.name)
         except InvalidName as exc:
             raise ValidationError({"name": str(exc)}) from exc
+        if not isinstance(self.options, dict):
+            raise ValidationError(
+                {"options": f"Options are a JSON object (a dict), not {self.options!r}."}
+            )
         try:
             check_bounds(self.step, self.min_value, self.max_value)
             validate(self.spec())
+        except TemplateError as exc:
+            raise ValidationError({"template": str(exc)}) from exc
         except InvalidDefinition as exc:
             raise ValidationError(str(exc)) from exc
 

@@ -384,3 +384,16 @@ def test_finished_period_rows_can_be_pruned() -> None:
     assert left == ["pr", "pr:20261103", "pr:20261104", "pr:20261105"]
     with pytest.raises(InvalidCount):
         Segment.objects.prune_periods("pr", keep=0)
+
+
+def test_model_clean_puts_template_and_options_errors_on_their_fields() -> None:
+    from django.core.exceptions import ValidationError
+
+    bad = Sequence(name="x", template="SO{seq:08")
+    with pytest.raises(ValidationError) as info:
+        bad.clean()
+    assert "template" in info.value.message_dict
+    odd = Sequence(name="x", options=["not", "a", "dict"])
+    with pytest.raises(ValidationError) as info:
+        odd.clean()
+    assert "options" in info.value.message_dict
