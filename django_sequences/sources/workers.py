@@ -273,6 +273,72 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
             )
         )
 
+    def reap(
+        self, *, namespace: str | None = None, dry_run: bool = False, using: str | None = None
+    ) -> list[ReapedLease]:
+        """Release every lease whose ``expires_at`` has passed by the database's clock (of
+        ``namespace`` only, if given); returns them as they were. ``last_timestamp`` is kept:
+        whoever takes the id next must start after it.
+
+        Safe at any time and twice at once. An expired lease's owner stopped issuing before
+        the row expired (its deadline comes first), and ``acquire`` already treats an expired
+        row as free, so reaping only tidies what the admin shows and makes a late renewal or
+        release by the old owner fail (it acquires a new id instead). Each row is released
+        by a conditional ``UPDATE`` on the ``version`` and ``expires_at`` that were read, so a
+        lease renewed meanwhile is left alone, and of two concurrent reaps only one changes a
+        row and reports it. Leases in the Redis store expire by themselves; nothing to reap.
+        """
+        from ..managers import _on_private, _select
+        from .connections import resolve_alias
+
+        def reap_on(w: BaseDatabaseWrapper) -> list[ReapedLease]:
+            now = db_now(w)
+            qs = self.model.objects.filter(expires_at__isnull=False, expires_at__lte=now)
+            if namespace is not None:
+                qs = qs.filter(namespace=namespace)
+            found = _select(
+                w,
+                qs.order_by("namespace", "worker_id").values_list(
+                    "namespace",
+                    "worker_id",
+                    "version",
+                    "owner_host",
+                    "owner_pid",
+                    "expires_at",
+                    "last_timestamp",
+                ),
+            )
+            reaped = []
+            for ns, worker_id, version, host, pid, expires_at, last in found:
+                if not dry_run:
+                    row = self.model.objects.filter(
+                        namespace=ns, worker_id=worker_id, version=version, expires_at__lte=now
+                    )
+                    values = {
+                        "owner_uuid": "",
+                        "owner_pid": None,
+                        "expires_at": None,
+                        "version": version + 1,
+                    }
+                    if _update(w, row, values) != 1:
+                        continue  # renewed, taken or reaped by someone else meanwhile
+                reaped.append(ReapedLease(ns, worker_id, host, pid, expires_at, last))
+            return reaped
+
+        return _on_private(resolve_alias(using), "expired worker leases", reap_on)
+
+
+@dataclass(frozen=True)
+class ReapedLease:
+    """A lease :meth:`WorkerLeaseManager.reap` released (as it was before)."""
+
+    namespace: str
+    worker_id: int
+    owner_host: str
+    owner_pid: int | None
+    expires_at: datetime
+    last_timestamp: int
+
 
 class WorkerStore(Protocol):
     kind: str

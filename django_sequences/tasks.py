@@ -1,0 +1,121 @@
+"""Celery tasks (``pip install django-sequence-issuer[celery]``), found by
+``app.autodiscover_tasks()``, and :func:`beat_schedule` to run them periodically
+(docs/celery.md).
+
+Each task is a thin wrapper over a function that works without Celery
+(:mod:`django_sequences.maintenance`, :mod:`django_sequences.stats`,
+``WorkerLease.objects.reap``), returns JSON-serialisable results, and may run twice, or twice at
+once on two workers, with no harm: the functions' docstrings say why. So a beat that fires
+twice, a message redelivered after a worker died (``acks_late``), or two beats by mistake cost
+a little work, never a duplicate value or a reset counter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from celery import shared_task  # type: ignore[import-untyped]
+
+#: The tasks' registered names (stable: beat schedules and routes refer to them).
+PREWARM = "django_sequences.prewarm"
+HEARTBEAT = "django_sequences.heartbeat"
+REAP = "django_sequences.reap_worker_leases"
+SNAPSHOT = "django_sequences.snapshot_stats"
+
+
+@shared_task(name=PREWARM)
+def prewarm(
+    threshold: float = 0.5, lead: float = 3600.0, using: str | None = None
+) -> dict[str, Any]:
+    """Lease ahead into the shared Redis windows of ``redis_segment`` sequences whose room is
+    below ``threshold`` times their step, and create the next period's counter rows of
+    sequences that restart every period, ``lead`` seconds before the period starts.
+
+    Safe twice: a per-sequence Redis claim lets one of two concurrent runs extend a window
+    (and the room is checked again under it), windows come from committed leases and
+    ``extend`` only moves forward; rows are made by an insert that ignores an existing key,
+    so no row is ever reset. See ``maintenance.prewarm_windows`` and ``prewarm_periods``.
+    """
+    from . import maintenance
+
+    windows = maintenance.prewarm_windows(threshold=threshold, using=using)
+    rows = maintenance.prewarm_periods(lead=timedelta(seconds=lead), using=using)
+    return {"windows": [asdict(w) for w in windows], "rows": rows}
+
+
+@shared_task(name=HEARTBEAT)
+def heartbeat() -> list[dict[str, Any]]:
+    """Renew, synchronously, the worker leases held by the worker process that runs it (its
+    snowflake and local-counter timestamp generators), persisting each generator's bound
+    (``last_timestamp``): one pass of the heartbeat thread.
+
+    It does not replace the thread, which keeps running: a message reaches one process, not
+    every process of every worker (docs/celery.md). Safe twice: renewals of a lease are
+    serialised by its generator and conditional on the owner and version; renewing twice
+    extends twice."""
+    from . import maintenance
+
+    return [asdict(r) for r in maintenance.renew_worker_leases()]
+
+
+@shared_task(name=REAP)
+def reap_worker_leases(using: str | None = None) -> list[dict[str, Any]]:
+    """Release the worker leases that expired by the database's clock, keeping their
+    ``last_timestamp``. Safe twice: each release is a conditional update on the version and
+    expiry read, so of two concurrent runs one releases a row, and a renewed lease is left
+    alone (``WorkerLease.objects.reap``)."""
+    from .models import WorkerLease
+
+    reaped = WorkerLease.objects.reap(using=using)
+    return [{**asdict(r), "expires_at": r.expires_at.isoformat()} for r in reaped]
+
+
+@shared_task(name=SNAPSHOT)
+def snapshot_stats(keep_days: float = 7.0, using: str | None = None) -> dict[str, Any]:
+    """Write this minute's ``"leased"`` statistics of every sequence and flush the running
+    process's ``RateStats`` counts (if the plugin is active); in the first minute of each
+    hour, also delete statistics older than ``keep_days`` (0: keep them all).
+
+    Safe twice: both write absolute values by upsert, a snapshot compares with the sums of
+    earlier minutes only, and flushes of one process are serialised (``stats`` module)."""
+    from django.utils import timezone
+
+    from . import stats
+
+    now = timezone.now()
+    leased = stats.snapshot_leased(now=now, using=using)
+    flushed = stats.flush_rate_stats(now=now)
+    pruned = 0
+    if keep_days and now.minute == 0:
+        pruned = stats.prune_stats(older_than=timedelta(days=keep_days), now=now, using=using)
+    return {"leased": leased, "flushed": flushed, "pruned": pruned}
+
+
+def beat_schedule(
+    prewarm: float | None = 60,
+    heartbeat: float | None = 10,
+    reap: float | None = 60,
+    snapshot: float | None = 60,
+    *,
+    queue: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """A ``beat_schedule`` running the tasks every so many seconds (``None`` or 0 leaves a
+    task out); ``queue`` routes them. Each message expires after its interval, so a beat that
+    ran while no worker was up does not leave a pile of stale runs behind::
+
+        app.conf.beat_schedule = {**beat_schedule(), **my_schedule}
+    """
+    entries = {PREWARM: prewarm, HEARTBEAT: heartbeat, REAP: reap, SNAPSHOT: snapshot}
+    out: dict[str, dict[str, Any]] = {}
+    for name, every in entries.items():
+        if not every:
+            continue
+        if every < 0:
+            raise ValueError(f"beat_schedule: the interval of {name} must be > 0; got {every}.")
+        options: dict[str, Any] = {"expires": float(every)}
+        if queue is not None:
+            options["queue"] = queue
+        out[name] = {"task": name, "schedule": float(every), "options": options}
+    return out
