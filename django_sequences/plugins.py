@@ -20,6 +20,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from .core import forking
 from .core.base import Status
 from .core.plugins import BasePlugin, Chain, IssueEvent, Plugin
 from .exceptions import ConfigurationError, SequenceError
@@ -227,6 +228,13 @@ class RateStats(BasePlugin):
         self.minutes = minutes
         self._lock = threading.Lock()
         self._series: dict[tuple[str | None, str], collections.deque[list[int]]] = {}
+        forking.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        # a child counts what it issues itself, never its parent's counts (they would be
+        # flushed twice, under two pids)
+        self._lock = threading.Lock()
+        self._series = {}
 
     def after_issue(self, event: IssueEvent) -> None:
         self.record(event.name, event.using, event.count)

@@ -197,3 +197,26 @@ def test_a_broken_plugin_setting_raises_at_use() -> None:
     Sequence.objects.define("p")
     with plugins("no.such.Plugin"), pytest.raises(ConfigurationError, match="E009"):
         next_value("p")
+
+
+def test_rate_stats_in_a_forked_child_start_from_nothing() -> None:
+    import os
+
+    from django_sequences.plugins import RateStats
+
+    stats = RateStats(minutes=5)
+    stats.record("s", None, 7)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its series must be empty, then count only its own
+        try:
+            stats.record("s", None, 2)
+            total = sum(c for _t, c in stats.series("s"))
+            os.write(write, str(total).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child_total = int(os.read(read, 32).decode())
+    os.waitpid(pid, 0)
+    assert child_total == 2
+    assert sum(c for _t, c in stats.series("s")) == 7
