@@ -34,6 +34,9 @@ DEFAULTS: dict[str, Any] = {
     "PREFETCH_THRESHOLD": 0.2,
     # Largest count next_values() accepts.
     "MAX_BATCH": 100_000,
+    # Largest count one request of the JSON HTTP API may ask for (docs/http.md); MAX_BATCH
+    # still caps it.
+    "HTTP_MAX_COUNT": 10_000,
     # Optimistic-lock attempts per lease before LeaseContention, and the first back-off (s);
     # each retry sleeps a random time up to twice the previous bound.
     "LEASE_RETRIES": 20,
@@ -115,7 +118,7 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
     s = {**DEFAULTS, **raw}
     if not isinstance(s["AUTO_CREATE"], bool):
         out.append(_type("AUTO_CREATE", "True or False", s))
-    for key in ("DEFAULT_STEP", "MAX_BATCH", "LEASE_RETRIES"):
+    for key in ("DEFAULT_STEP", "MAX_BATCH", "LEASE_RETRIES", "HTTP_MAX_COUNT"):
         if not _pos_int(s[key]):
             out.append(_type(key, "an int of at least 1", s))
     for key in ("LEASE_BACKOFF", "LEASE_WAIT_TIMEOUT"):

@@ -1,0 +1,399 @@
+"""The plumbing of the JSON HTTP API (``views.py``; docs/http.md): bearer tokens, JSON in and
+out, and one table from errors to status codes.
+
+**Tokens.** A request carries ``Authorization: Bearer <token>``; the token's SHA-256 is looked
+up in :class:`~django_sequences.models.ApiToken`. A row found is kept in this process for
+:data:`TOKEN_CACHE_SECONDS`, so the fast path does not touch the database; the price is that a
+token deactivated, rescoped or deleted meanwhile keeps working in a process that cached it for
+at most that long. Unknown tokens are not cached (a token made a moment ago works at once).
+
+**last_used_at** is written at most once a minute per token: each process tries at most once
+per :data:`LAST_USED_EVERY`, and the ``UPDATE`` itself only matches a row whose stored time is
+that old, so several processes (gunicorn workers, hosts) do not each write.
+
+Process-wide state, kept here: the token cache and the time of each token's last write
+attempt, two dicts. Reads and writes of a dict are atomic under the GIL; two threads that miss
+at once both read the same row, which is harmless, and two that both try a write are sorted out
+by the conditional ``UPDATE``. They hold no connection, so they stay valid after ``fork()``.
+
+Only bearer tokens are accepted, never a session cookie: that is why the views can be exempt
+from CSRF (a browser does not add an ``Authorization`` header to a forged request on its own).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
+
+from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from .conf import app_settings
+from .exceptions import (
+    BackendUnavailable,
+    ClockMovedBackwards,
+    ConfigurationError,
+    InvalidName,
+    IssueRejected,
+    LeaseContention,
+    RateLimited,
+    SequenceError,
+    SequenceExhausted,
+    SequenceNotFound,
+)
+
+if TYPE_CHECKING:
+    from .models import ApiToken
+
+log = logging.getLogger("django_sequences.http")
+
+#: Seconds a token row stays cached in a process: the longest a deactivated token still works.
+TOKEN_CACHE_SECONDS = 30.0
+#: Seconds between two writes of a token's ``last_used_at``.
+LAST_USED_EVERY = 60.0
+#: Longer bearer values are refused without a database lookup (tokens are 47 characters).
+MAX_TOKEN_LENGTH = 256
+
+JSON = "application/json"
+HOW_TO_AUTHENTICATE = (
+    "Send 'Authorization: Bearer <token>' (make a token with manage.py sequences_token NAME "
+    "--sequences SEQ,...). Session cookies are not accepted."
+)
+
+
+class ApiError(Exception):
+    """A refusal the view decided on itself: its status, stable code and message."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+
+    def response(self) -> HttpResponse:
+        return error_response(self.status, self.code, self.message, self.headers)
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "bad_request", message)
+
+
+def short(o: object, limit: int = 40) -> str:
+    """``repr(o)`` cut to ``limit`` characters, for messages that quote what a client sent."""
+    text = repr(o)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _default(o: object) -> object:
+    """What ``json.dumps`` cannot write itself (only the status and explain answers have such)."""
+    if isinstance(o, datetime | date):
+        return o.isoformat()
+    if isinstance(o, range | tuple | set | frozenset):
+        return list(o)
+    if isinstance(o, Mapping):
+        return dict(o)
+    return str(o)
+
+
+_encoder = json.JSONEncoder(separators=(",", ":"), default=_default)
+
+
+def dumps(payload: object) -> str:
+    """Compact JSON; one encoder for the process (``json.dumps`` with options builds one per
+    call)."""
+    return _encoder.encode(payload)
+
+
+def json_response(payload: object, status: int = 200) -> HttpResponse:
+    body = dumps(payload).encode()  # ASCII: the encoder escapes everything else
+    response = HttpResponse(body, content_type=JSON, status=status, charset="utf-8")
+    response["Content-Length"] = str(len(body))  # no chunked answers, with or without middleware
+    response["Cache-Control"] = "no-store"  # issued values must never be replayed by a cache
+    return response
+
+
+def error_response(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> HttpResponse:
+    """``{"error": {"code": code, "message": message}}`` with ``status``."""
+    response = json_response({"error": {"code": code, "message": message}}, status)
+    for header, value in (headers or {}).items():
+        response[header] = value
+    return response
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+_RETRY = {"Retry-After": "1"}
+
+#: Library errors -> (status, code, extra headers); the first class that matches wins.
+ERRORS: tuple[tuple[type[BaseException], int, str, Mapping[str, str]], ...] = (
+    (SequenceNotFound, 404, "not_found", {}),
+    (InvalidName, 404, "not_found", {}),  # a name that is not valid names no sequence
+    (SequenceExhausted, 409, "exhausted", {}),
+    (RateLimited, 429, "rate_limited", _RETRY),
+    # WorkerLeaseLost is a BackendUnavailable
+    (BackendUnavailable, 503, "unavailable", _RETRY),
+    (LeaseContention, 503, "unavailable", _RETRY),
+    (ClockMovedBackwards, 503, "unavailable", _RETRY),
+    (OperationalError, 503, "unavailable", _RETRY),
+    (InterfaceError, 503, "unavailable", _RETRY),
+    (IssueRejected, 403, "rejected", {}),
+    # InvalidCount, InvalidKey, InvalidDefinition (TemplateError), InvalidNumber
+    (ValueError, 400, "bad_request", {}),
+    (RequestDataTooBig, 400, "bad_request", {}),
+)
+
+
+def error_for(exc: BaseException) -> HttpResponse:
+    """The JSON answer to an exception raised while serving an API request."""
+    for cls, status, code, headers in ERRORS:
+        if isinstance(exc, cls):
+            if status >= 500:
+                log.warning("HTTP API: %s: %s", type(exc).__name__, exc)
+            return error_response(status, code, str(exc), headers)
+    if isinstance(exc, ConfigurationError):
+        log.error("HTTP API: %s", exc)
+        return error_response(500, "internal", f"The server is misconfigured: {exc}")
+    log.error("HTTP API: unexpected %s", type(exc).__name__, exc_info=exc)
+    kind = "library" if isinstance(exc, SequenceError) else "unexpected"
+    return error_response(
+        500, "internal", f"An {kind} error ({type(exc).__name__}); the server log has the details."
+    )
+
+
+# --- tokens ----------------------------------------------------------------------------------
+
+
+def bearer_token(request: HttpRequest) -> str:
+    """The token of the ``Authorization: Bearer`` header; :class:`ApiError` 401 without one."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    if not header:
+        raise ApiError(
+            401,
+            "unauthorized",
+            f"No credentials. {HOW_TO_AUTHENTICATE}",
+            {"WWW-Authenticate": 'Bearer realm="django_sequences"'},
+        )
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        shown = scheme if scheme.lower() != "bearer" else "Bearer without a token"
+        raise ApiError(
+            401,
+            "unauthorized",
+            f"Authorization scheme {shown[:20]!r} is not accepted. {HOW_TO_AUTHENTICATE}",
+            {"WWW-Authenticate": 'Bearer realm="django_sequences"'},
+        )
+    return token
+
+
+class TokenCache:
+    """Token rows by digest, kept ``ttl`` seconds; see the module docstring."""
+
+    def __init__(
+        self,
+        ttl: float = TOKEN_CACHE_SECONDS,
+        touch_every: float = LAST_USED_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl = ttl
+        self.touch_every = touch_every
+        self.clock = clock
+        self._rows: dict[str, tuple[float, ApiToken]] = {}
+        self._touched: dict[int, float] = {}
+
+    def authenticate(self, request: HttpRequest, sequence: str) -> ApiToken:
+        """The token of ``request`` if it may use ``sequence``; else :class:`ApiError`
+        (401 without a bearer token, 403 for an unknown or inactive one, or one whose scope
+        leaves ``sequence`` out)."""
+        token = bearer_token(request)
+        now = self.clock()
+        row = self.lookup(token, now)
+        if row is None:
+            raise ApiError(
+                403,
+                "forbidden",
+                "Unknown token: check it was copied whole (tokens start with 'dsq_'), or make "
+                "a new one with manage.py sequences_token.",
+            )
+        if not row.is_active:
+            raise ApiError(
+                403,
+                "forbidden",
+                f"Token {row.prefix}… ({row.name}) is deactivated; ask for a new one.",
+            )
+        if not row.allows(sequence):
+            allowed = ", ".join(map(str, row.sequences)) or "none"
+            raise ApiError(
+                403,
+                "forbidden",
+                f"Token {row.prefix}… ({row.name}) may not use sequence {sequence!r}; it allows "
+                f"{allowed}. Make a token that names it (manage.py sequences_token NAME "
+                f"--sequences {sequence}).",
+            )
+        if now - self._touched.get(row.pk, -self.touch_every) >= self.touch_every:
+            self._touch(row, now)
+        return row
+
+    def lookup(self, token: str, now: float) -> ApiToken | None:
+        """The row of ``token`` (cached, or read and cached), None when there is none."""
+        if len(token) > MAX_TOKEN_LENGTH:
+            return None
+        model = _model()
+        digest = model.digest_of(token)
+        cached = self._rows.get(digest)
+        if cached is not None and now < cached[0]:
+            return cached[1]
+        row = model.objects.filter(digest=digest).first()
+        if row is None:
+            self._rows.pop(digest, None)
+            return None
+        self._rows[digest] = (now + self.ttl, row)
+        return row
+
+    def _touch(self, row: ApiToken, now: float) -> None:
+        """Set ``last_used_at`` unless some process did within ``touch_every``."""
+        from django.db.models import Q
+        from django.utils import timezone
+
+        model = _model()
+        self._touched[row.pk] = now
+        wall = timezone.now()
+        stale = wall - timedelta(seconds=self.touch_every)
+        try:
+            model.objects.filter(
+                Q(last_used_at__isnull=True) | Q(last_used_at__lte=stale), pk=row.pk
+            ).update(last_used_at=wall)
+        except Exception as exc:  # bookkeeping: never fail the request for it
+            log.warning("Could not record the use of API token %s…: %s", row.prefix, exc)
+
+    def forget(self) -> None:
+        """Drop every cached row (tests; or after revoking tokens in this process)."""
+        self._rows.clear()
+        self._touched.clear()
+
+
+@functools.cache
+def _model() -> type[ApiToken]:
+    """The model, imported on first use (this module imports before Django is set up)."""
+    from .models import ApiToken
+
+    return ApiToken
+
+
+#: The process's token cache.
+tokens = TokenCache()
+
+
+# --- the views' wrapper ----------------------------------------------------------------------
+
+P = ParamSpec("P")
+Payload = dict[str, Any]
+ApiView = Callable[Concatenate[HttpRequest, str, P], Payload]
+DjangoView = Callable[Concatenate[HttpRequest, str, P], HttpResponse]
+
+
+def endpoint(*methods: str) -> Callable[[ApiView[P]], DjangoView[P]]:
+    """Make ``view(request, name, …) -> payload`` an API view: only ``methods`` (else 405),
+    a bearer token allowed sequence ``name`` (else 401/403), the payload as JSON, and every
+    error as ``{"error": {"code", "message"}}`` with its status (:data:`ERRORS`).
+
+    Exempt from CSRF: only bearer tokens are accepted, never a session (module docstring).
+    """
+    allow = ", ".join(methods)
+
+    def wrap(view: ApiView[P]) -> DjangoView[P]:
+        @functools.wraps(view)
+        def run(request: HttpRequest, name: str, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+            if request.method not in methods:
+                return error_response(
+                    405,
+                    "method_not_allowed",
+                    f"{request.method} is not allowed here; use {allow}.",
+                    {"Allow": allow},
+                )
+            try:
+                tokens.authenticate(request, name)
+                payload = view(request, name, *args, **kwargs)
+            except ApiError as exc:
+                return exc.response()
+            except Exception as exc:
+                return error_for(exc)
+            return json_response(payload)
+
+        return csrf_exempt(run)
+
+    return wrap
+
+
+# --- reading requests ------------------------------------------------------------------------
+
+_COUNT_RE = re.compile(r"[0-9]{1,19}\Z")
+
+
+def has_query(request: HttpRequest) -> bool:
+    """Whether the URL has a query string (``request.GET`` costs a QueryDict even when not)."""
+    return bool(request.META.get("QUERY_STRING"))
+
+
+def json_body(request: HttpRequest, fields: tuple[str, ...]) -> Payload:
+    """The JSON object of the body ({} when the body is empty); only ``fields`` may appear."""
+    raw = request.body
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise bad_request(
+            f'The body is not valid JSON ({exc}); send an object such as {{"count": 5}} '
+            f"with Content-Type: application/json."
+        ) from None
+    if not isinstance(data, dict):
+        raise bad_request(
+            f'The body must be a JSON object such as {{"count": 5}}, not {type(data).__name__}.'
+        )
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise bad_request(
+            f"Unknown field(s) {', '.join(map(repr, unknown))} in the body; this endpoint takes "
+            f"{', '.join(fields)}."
+        )
+    return data
+
+
+def count_of(request: HttpRequest, body: Payload) -> int:
+    """``count`` from the body or the query string (default 1), checked against
+    ``HTTP_MAX_COUNT`` and ``MAX_BATCH`` before anything is issued."""
+    in_query = request.GET.get("count") if has_query(request) else None
+    if in_query is not None:
+        if "count" in body:
+            raise bad_request("count is given in both the query string and the body; give one.")
+        if not _COUNT_RE.match(in_query):
+            raise bad_request(f"count must be a whole number; got {short(in_query)}.")
+        count: object = int(in_query)
+    else:
+        count = body.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise bad_request(
+            f"count must be a JSON integer, not {type(count).__name__}: {short(count)}."
+        )
+    http_max, batch_max = app_settings.HTTP_MAX_COUNT, app_settings.MAX_BATCH
+    if not 1 <= count <= min(http_max, batch_max):
+        setting = "HTTP_MAX_COUNT" if http_max <= batch_max else "MAX_BATCH"
+        raise bad_request(
+            f"count must be between 1 and {min(http_max, batch_max)} "
+            f"(DJANGO_SEQUENCES[{setting!r}]); got {count}. Ask in several requests."
+        )
+    return count

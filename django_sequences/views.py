@@ -1,0 +1,168 @@
+"""The JSON HTTP API (docs/http.md). Mount it with
+``path("ids/", include("django_sequences.urls"))``.
+
+=======  ==========================  =================================================
+POST     ``<name>/values``           ``{"count": 5, "key": "..."}`` -> values
+POST     ``<name>/numbers``          ``{"count": 3, "context": {...}}`` -> numbers
+GET      ``<name>/explain/<value>``  the parts of a structured value (snowflake, timestamp)
+GET      ``<name>/status``           this process's view of the sequence
+=======  ==========================  =================================================
+
+Every request needs a bearer token allowed the sequence (``http.py``). Everything a request
+asks for is checked before anything is issued, so a refused request consumes no value: the
+count, the sub-key, and for numbers the context, rendered against the template with no value
+first. What can still fail after a value was taken is what fails the same way in Python (a
+fixed-width ``{seq:05}`` that overflows: 409, the value becomes a gap).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import asdict
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+
+from .api import explain as explain_value
+from .api import get_sequence, next_values
+from .http import (
+    Payload,
+    bad_request,
+    count_of,
+    endpoint,
+    error_response,
+    has_query,
+    json_body,
+    short,
+)
+from .numbers import issuer, next_numbers
+
+#: Arguments of ``next_numbers()`` itself, which a context entry cannot be named.
+RESERVED_CONTEXT = frozenset({"name", "count", "using"})
+#: Deepest nesting of a context object (``{ctx.warehouse.code}`` needs 2).
+MAX_CONTEXT_DEPTH = 8
+_VALUE_RE = re.compile(r"-?[0-9]{1,20}\Z")
+
+
+@endpoint("POST")
+def values(request: HttpRequest, name: str) -> Payload:
+    """Issue ``count`` values (default 1) of sequence ``name``, optionally for a sub-key
+    (sharded sequences). ``first`` and ``last`` are there when the values are contiguous."""
+    key: object = None
+    if has_query(request):
+        unknown = sorted(set(request.GET) - {"count", "key"})
+        if unknown:
+            raise bad_request(
+                f"Unknown query parameter(s) {', '.join(map(repr, unknown))}; this endpoint "
+                f"takes count and key."
+            )
+        key = request.GET.get("key")
+    body = json_body(request, ("count", "key"))
+    count = count_of(request, body)
+    key = body.get("key", key)
+    if key is not None and not isinstance(key, str):
+        raise bad_request(f"key must be a string, not {type(key).__name__}: {short(key)}.")
+    got = next_values(name, count, key=key)
+    if isinstance(got, range):
+        return {
+            "sequence": name,
+            "count": len(got),
+            "values": list(got),
+            "first": got.start,
+            "last": got.stop - got.step,
+        }
+    return {"sequence": name, "count": len(got), "values": got}
+
+
+@endpoint("POST")
+def numbers(request: HttpRequest, name: str) -> Payload:
+    """Issue ``count`` numbers (default 1) of sequence ``name``. The context that ``{ctx.NAME}``
+    parts read is the query string's parameters other than ``count`` (``a.b=x`` nests), with
+    the body's ``context`` object over them."""
+    body = json_body(request, ("count", "context"))
+    count = count_of(request, body)
+    context = context_of(request, body)
+    # Render the context with no value: a missing or malformed entry is refused here, before
+    # a value is taken (and rendering would refuse it after).
+    issuer(name).template.render_many((), context=context or None)
+    got = next_numbers(name, count, **context)
+    return {"sequence": name, "count": len(got), "numbers": got}
+
+
+@endpoint("GET")
+def explain(request: HttpRequest, name: str, value: str) -> Payload:
+    """The parts of ``value``, a value of sequence ``name`` (snowflake, timestamp)."""
+    if not _VALUE_RE.match(value):
+        raise bad_request(f"The value to explain must be an integer; got {short(value)}.")
+    number = int(value)
+    return {"sequence": name, "value": number, "parts": explain_value(name, number)}
+
+
+@endpoint("GET")
+def status(request: HttpRequest, name: str) -> Payload:
+    """What the process that answers knows of sequence ``name`` (``pid`` and ``host`` say
+    which process: each gunicorn worker has its own ranges and counters)."""
+    fields = asdict(get_sequence(name).status())
+    fields.pop("name")
+    return {"sequence": name, "host": socket.gethostname(), "pid": os.getpid(), **fields}
+
+
+def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    """Any other URL under the API's prefix."""
+    return error_response(
+        404,
+        "not_found",
+        f"No endpoint at {request.path!r}. The endpoints are POST <name>/values, POST "
+        f"<name>/numbers, GET <name>/explain/<value> and GET <name>/status.",
+    )
+
+
+# --- the context of numbers ------------------------------------------------------------------
+
+
+def context_of(request: HttpRequest, body: Payload) -> dict[str, Any]:
+    """The query string's context (every parameter but ``count``) with the body's over it."""
+    context: dict[str, Any] = {}
+    for key, value in request.GET.items() if has_query(request) else ():
+        if key == "count":
+            continue
+        *parents, leaf = key.split(".")
+        node = context
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise bad_request(f"Query parameter {key!r} nests under {part!r}, a plain value.")
+            node = child
+        if isinstance(node.get(leaf), dict):
+            raise bad_request(f"Query parameter {key!r} is also the parent of other parameters.")
+        node[leaf] = value
+    given = body.get("context", {})
+    if not isinstance(given, dict):
+        raise bad_request(
+            f'context must be a JSON object such as {{"area": "010"}}, not {type(given).__name__}.'
+        )
+    _check_context(given, "context", 1)
+    context.update(given)
+    reserved = sorted(RESERVED_CONTEXT & set(context))
+    if reserved:
+        raise bad_request(
+            f"Context entry {reserved[0]!r} cannot be used: it is an argument of next_numbers() "
+            f"itself ({', '.join(sorted(RESERVED_CONTEXT))}). Name the template part otherwise."
+        )
+    return context
+
+
+def _check_context(obj: dict[str, Any], where: str, depth: int) -> None:
+    if depth > MAX_CONTEXT_DEPTH:
+        raise bad_request(f"{where} nests deeper than {MAX_CONTEXT_DEPTH} levels.")
+    for key, value in obj.items():
+        inner = f"{where}.{key}"
+        if isinstance(value, dict):
+            _check_context(value, inner, depth + 1)
+        elif isinstance(value, bool) or not isinstance(value, str | int):
+            raise bad_request(
+                f"{inner} must be a string or an integer (or an object of them), not "
+                f"{type(value).__name__}: {short(value)}."
+            )

@@ -1,0 +1,611 @@
+"""The JSON HTTP API (docs/http.md) through Django's test client, on the real database: each
+endpoint, every error code, bearer tokens (scope, cache, deactivation, last_used_at), the
+token command, concurrent clients, and that a refused request consumes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.db import connections
+from django.test import Client, override_settings
+from django.utils import timezone
+
+from django_sequences import http, next_value
+from django_sequences.conf import problems
+from django_sequences.core.plugins import BasePlugin, IssueEvent
+from django_sequences.exceptions import (
+    BackendUnavailable,
+    IssueRejected,
+    RateLimited,
+    WorkerLeaseLost,
+)
+from django_sequences.models import ApiToken, Sequence
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAYBILL = "{ctx.area:3}-{ctx.unit:4}-{seq:05}"
+
+
+class Gate(BasePlugin):
+    """Raises ``Gate.error`` (when set) before anything is issued; returns False when
+    ``Gate.refuse`` is set."""
+
+    error: type[Exception] | None = None
+    refuse = False
+
+    def before_issue(self, event: IssueEvent) -> bool | None:
+        if Gate.error is not None:
+            if Gate.error is IssueRejected:
+                raise IssueRejected(event.name, "the gate is shut", plugin="Gate")
+            raise Gate.error(f"gate: {Gate.error.__name__}")
+        return False if Gate.refuse else None
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.t = 1_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tokens() -> Iterator[FakeMonotonic]:
+    """Each test starts with an empty token cache, on a clock that moves only when told."""
+    clock = FakeMonotonic()
+    saved = http.tokens.clock
+    http.tokens.forget()
+    http.tokens.clock = clock
+    Gate.error, Gate.refuse = None, False
+    yield clock
+    http.tokens.clock = saved
+    http.tokens.forget()
+
+
+@pytest.fixture
+def clock(_fresh_tokens: FakeMonotonic) -> FakeMonotonic:
+    return _fresh_tokens
+
+
+@pytest.fixture
+def gate() -> Iterator[None]:
+    with override_settings(DJANGO_SEQUENCES={"PLUGINS": ["tests.test_http.Gate"]}):
+        yield
+
+
+def make_token(*sequences: str, name: str = "test") -> tuple[ApiToken, str]:
+    return ApiToken.create_token(name, list(sequences))
+
+
+def client_for(token: str | None, **kwargs: Any) -> Client:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    return Client(headers=headers, **kwargs)
+
+
+@pytest.fixture
+def api() -> Client:
+    """A client whose token may use every sequence."""
+    return client_for(make_token("*")[1])
+
+
+def post(client: Client, url: str, body: object = None, *, raw: str | None = None) -> Any:
+    data = raw if raw is not None else ("" if body is None else json.dumps(body))
+    return client.post(url, data=data, content_type="application/json")
+
+
+def error_of(response: Any, status: int) -> tuple[str, str]:
+    """(code, message) of a JSON error answer, after checking its status and shape."""
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    return body["error"]["code"], body["error"]["message"]
+
+
+# --- the endpoints ------------------------------------------------------------------------------
+
+
+def test_values_gives_a_contiguous_range_with_first_and_last(api: Client) -> None:
+    Sequence.objects.define("order", step=1000)
+    r = post(api, "/ids/order/values", {"count": 5})
+    assert r.status_code == 200
+    assert r["Content-Type"] == "application/json"
+    assert r["Cache-Control"] == "no-store"
+    assert r["Content-Length"] == str(len(r.content))
+    assert r.json() == {
+        "sequence": "order",
+        "count": 5,
+        "values": [1, 2, 3, 4, 5],
+        "first": 1,
+        "last": 5,
+    }
+    # no body: one value; count in the query string
+    assert post(api, "/ids/order/values").json()["values"] == [6]
+    assert post(api, "/ids/order/values?count=2").json()["values"] == [7, 8]
+    assert next_value("order") == 9
+
+
+def test_values_of_a_sharded_sequence_take_a_key(api: Client) -> None:
+    Sequence.objects.define("msg", strategy="strict", options={"shards": 4})
+    a = [post(api, "/ids/msg/values", {"key": "chat-1"}).json()["values"][0] for _ in range(3)]
+    assert a == sorted(a) and len(set(a)) == 3
+    assert len(set(v % 4 for v in a)) == 1  # one shard per sub-key
+    assert post(api, "/ids/msg/values?key=chat-1").status_code == 200
+
+
+def test_names_with_slashes_and_colons_are_reachable(api: Client) -> None:
+    Sequence.objects.define("shop/eu:order", step=10)
+    assert post(api, "/ids/shop/eu:order/values").json()["values"] == [1]
+
+
+def test_numbers_take_their_context_from_the_body_or_the_query(api: Client) -> None:
+    Sequence.objects.define("waybill", template=WAYBILL)
+    r = post(api, "/ids/waybill/numbers", {"count": 2, "context": {"area": "010", "unit": 6541}})
+    assert r.status_code == 200, r.content
+    assert r.json() == {
+        "sequence": "waybill",
+        "count": 2,
+        "numbers": ["010-6541-00001", "010-6541-00002"],
+    }
+    r = post(api, "/ids/waybill/numbers?area=010&unit=6541&count=1")
+    assert r.json()["numbers"] == ["010-6541-00003"]
+    # the body's context over the query's
+    r = post(api, "/ids/waybill/numbers?area=999&unit=6541", {"context": {"area": "021"}})
+    assert r.json()["numbers"] == ["021-6541-00004"]
+
+
+def test_numbers_with_a_nested_context(api: Client) -> None:
+    Sequence.objects.define("pick", template="{ctx.wh.code:2}-{seq:04}")
+    assert post(api, "/ids/pick/numbers?wh.code=AB").json()["numbers"] == ["AB-0001"]
+    r = post(api, "/ids/pick/numbers", {"context": {"wh": {"code": "CD"}}})
+    assert r.json()["numbers"] == ["CD-0002"]
+
+
+def test_explain_a_snowflake_value(api: Client) -> None:
+    Sequence.objects.define("sf", strategy="snowflake")
+    value = next_value("sf")
+    r = api.get(f"/ids/sf/explain/{value}")
+    assert r.status_code == 200, r.content
+    body = r.json()
+    assert body["sequence"] == "sf" and body["value"] == value
+    parts = body["parts"]
+    assert set(parts) >= {"time", "timestamp", "worker_id", "sequence"}
+    assert parts["time"].startswith(str(timezone.now().year))  # an ISO datetime
+
+
+def test_status_is_the_answering_process_view(api: Client) -> None:
+    Sequence.objects.define("order", step=100)
+    post(api, "/ids/order/values", {"count": 5})
+    r = api.get("/ids/order/status")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["sequence"] == "order" and body["strategy"] == "segment"
+    assert body["pid"] == os.getpid()
+    assert body["issued"] == 5 and body["current"] == 6
+    assert body["range"] == [1, 100]
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_401_without_a_bearer_token() -> None:
+    Sequence.objects.define("order")
+    for client in (Client(), Client(headers={"authorization": "Basic dXNlcjpwYXNz"})):
+        r = post(client, "/ids/order/values")
+        code, message = error_of(r, 401)
+        assert code == "unauthorized" and "Bearer" in message
+        assert r["WWW-Authenticate"].startswith("Bearer")
+    code, _ = error_of(Client().get("/ids/order/status"), 401)
+    assert code == "unauthorized"
+    code, _ = error_of(post(Client(headers={"authorization": "Bearer "}), "/ids/x/values"), 401)
+    assert code == "unauthorized"
+
+
+def test_403_for_unknown_inactive_and_out_of_scope_tokens() -> None:
+    Sequence.objects.define("order")
+    Sequence.objects.define("invoice")
+    code, message = error_of(post(client_for("dsq_not-a-token"), "/ids/order/values"), 403)
+    assert code == "forbidden" and "Unknown token" in message
+    code, _ = error_of(post(client_for("x" * 10_000), "/ids/order/values"), 403)
+    row, token = make_token("order")
+    row.is_active = False
+    row.save()
+    code, message = error_of(post(client_for(token), "/ids/order/values"), 403)
+    assert code == "forbidden" and "deactivated" in message
+    _, token = make_token("order")
+    code, message = error_of(post(client_for(token), "/ids/invoice/values"), 403)
+    assert code == "forbidden" and "'invoice'" in message and "allows order" in message
+
+
+def test_405_for_the_wrong_method(api: Client) -> None:
+    Sequence.objects.define("order")
+    for response, allow in (
+        (api.get("/ids/order/values"), "POST"),
+        (api.get("/ids/order/numbers"), "POST"),
+        (api.put("/ids/order/values"), "POST"),
+        (post(api, "/ids/order/status"), "GET"),
+        (api.delete("/ids/order/explain/5"), "GET"),
+    ):
+        code, _ = error_of(response, 405)
+        assert code == "method_not_allowed"
+        assert response["Allow"] == allow
+    assert next_value("order") == 1  # the GETs issued nothing
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "raw", "says"),
+    [
+        ("/ids/order/values", None, "{not json", "not valid JSON"),
+        ("/ids/order/values", None, "[1, 2]", "JSON object"),
+        ("/ids/order/values", {"count": "5"}, None, "JSON integer"),
+        ("/ids/order/values", {"count": 5.0}, None, "JSON integer"),
+        ("/ids/order/values", {"count": True}, None, "JSON integer"),
+        ("/ids/order/values", {"count": 0}, None, "between 1 and 10000"),
+        ("/ids/order/values", {"count": 10_001}, None, "HTTP_MAX_COUNT"),
+        ("/ids/order/values", {"cout": 5}, None, "Unknown field(s) 'cout'"),
+        ("/ids/order/values?count=abc", None, None, "whole number"),
+        ("/ids/order/values?count=2", {"count": 2}, None, "both"),
+        ("/ids/order/values?size=2", None, None, "Unknown query parameter(s) 'size'"),
+        ("/ids/order/values", {"key": 5}, None, "key must be a string"),
+        ("/ids/order/values", {"key": "k"}, None, "takes no key"),
+        ("/ids/order/numbers", {}, None, "no template"),
+        ("/ids/waybill/numbers", {}, None, "needs a context"),
+        ("/ids/waybill/numbers", {"context": {"area": "010"}}, None, "no value 'unit'"),
+        ("/ids/waybill/numbers", {"context": {"area": "01", "unit": "6541"}}, None, "exactly 3"),
+        ("/ids/waybill/numbers", {"context": {"area": 1.5}}, None, "string or an integer"),
+        ("/ids/waybill/numbers", {"context": ["010"]}, None, "JSON object"),
+        ("/ids/waybill/numbers", {"context": {"using": "x"}}, None, "argument of next_numbers"),
+        ("/ids/waybill/numbers?a=1&a.b=2", None, None, "nests under 'a'"),
+        ("/ids/sf/explain/abc", None, None, "must be an integer"),
+        ("/ids/order/explain/5", None, None, "plain counters"),
+        ("/ids/sf/explain/99999999999999999999", None, None, "not a value of this layout"),
+    ],
+)
+def test_400_for_bad_parameters_consumes_nothing(
+    api: Client, url: str, body: object, raw: str | None, says: str
+) -> None:
+    Sequence.objects.define("order", step=1000)
+    Sequence.objects.define("waybill", template=WAYBILL)
+    Sequence.objects.define("sf", strategy="snowflake")
+    assert post(api, "/ids/order/values").json()["values"] == [1]
+    ok = post(api, "/ids/waybill/numbers", {"context": {"area": "010", "unit": "6541"}})
+    assert ok.json()["numbers"] == ["010-6541-00001"]
+    response = api.get(url) if "/explain/" in url else post(api, url, body, raw=raw)
+    code, message = error_of(response, 400)
+    assert code == "bad_request"
+    assert says in message
+    assert post(api, "/ids/order/values").json()["values"] == [2]
+    ok = post(api, "/ids/waybill/numbers", {"context": {"area": "010", "unit": "6541"}})
+    assert ok.json()["numbers"] == ["010-6541-00002"]
+
+
+def test_the_count_limit_follows_the_settings(api: Client) -> None:
+    Sequence.objects.define("order", step=1000)
+    with override_settings(DJANGO_SEQUENCES={"HTTP_MAX_COUNT": 10}):
+        assert post(api, "/ids/order/values", {"count": 10}).json()["count"] == 10
+        _, message = error_of(post(api, "/ids/order/values", {"count": 11}), 400)
+        assert "between 1 and 10" in message and "HTTP_MAX_COUNT" in message
+    with override_settings(DJANGO_SEQUENCES={"MAX_BATCH": 3}):
+        _, message = error_of(post(api, "/ids/order/numbers?count=4"), 400)
+        assert "between 1 and 3" in message and "MAX_BATCH" in message
+
+
+def test_http_max_count_is_checked_at_start_up() -> None:
+    assert [p.id for p in problems({"HTTP_MAX_COUNT": 0})] == ["django_sequences.E003"]
+    assert [p.id for p in problems({"HTTP_MAX_COUNT": "10"})] == ["django_sequences.E003"]
+    assert problems({"HTTP_MAX_COUNT": 1}) == []
+
+
+def test_404_for_unknown_sequences_invalid_names_and_other_urls(api: Client) -> None:
+    code, message = error_of(post(api, "/ids/nope/values"), 404)
+    assert code == "not_found" and "No sequence named 'nope'" in message
+    code, _ = error_of(post(api, "/ids/nope/numbers"), 404)
+    assert code == "not_found"
+    code, _ = error_of(api.get("/ids/nope/status"), 404)
+    assert code == "not_found"
+    code, _ = error_of(api.get("/ids/nope/explain/1"), 404)
+    assert code == "not_found"
+    code, message = error_of(post(api, "/ids/-bad!/values"), 404)
+    assert code == "not_found" and "may hold only" in message
+    code, message = error_of(api.get("/ids/order/whatever"), 404)
+    assert code == "not_found" and "POST <name>/values" in message
+
+
+def test_403_comes_before_404_so_a_token_learns_nothing_of_other_sequences() -> None:
+    _, token = make_token("order")
+    code, _ = error_of(post(client_for(token), "/ids/secret/values"), 403)
+    assert code == "forbidden"
+
+
+def test_409_when_the_sequence_is_exhausted(api: Client) -> None:
+    Sequence.objects.define("small", step=10, max_value=3)
+    assert post(api, "/ids/small/values", {"count": 3}).json()["values"] == [1, 2, 3]
+    code, message = error_of(post(api, "/ids/small/values"), 409)
+    assert code == "exhausted" and "max_value" in message
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (RateLimited, 429, "rate_limited"),
+        (BackendUnavailable, 503, "unavailable"),
+        (WorkerLeaseLost, 503, "unavailable"),
+        (IssueRejected, 403, "rejected"),
+    ],
+)
+def test_refusals_map_to_their_status_and_consume_nothing(
+    gate: None, api: Client, error: type[Exception], status: int, code: str
+) -> None:
+    Sequence.objects.define("order", step=1000)
+    Sequence.objects.define("waybill", template=WAYBILL)
+    ctx = {"context": {"area": "010", "unit": "6541"}}
+    assert post(api, "/ids/order/values").json()["values"] == [1]
+    assert post(api, "/ids/waybill/numbers", ctx).json()["numbers"] == ["010-6541-00001"]
+    Gate.error = error
+    for response in (
+        post(api, "/ids/order/values", {"count": 3}),
+        post(api, "/ids/waybill/numbers", ctx),
+    ):
+        got, message = error_of(response, status)
+        assert got == code and message
+        if status in (429, 503):
+            assert response["Retry-After"] == "1"
+    Gate.error = None
+    assert post(api, "/ids/order/values").json()["values"] == [2]
+    assert post(api, "/ids/waybill/numbers", ctx).json()["numbers"] == ["010-6541-00002"]
+
+
+def test_503_when_the_token_store_is_down_and_500_for_a_bug(
+    api: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import OperationalError
+
+    from django_sequences import views
+
+    Sequence.objects.define("order")
+    http.tokens.forget()
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("connection refused")
+
+    with monkeypatch.context() as m:
+        m.setattr(ApiToken.objects, "filter", down)
+        response = post(api, "/ids/order/values")
+    code, message = error_of(response, 503)
+    assert code == "unavailable" and "connection refused" in message
+    assert response["Retry-After"] == "1"
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(views, "next_values", broken)
+    code, message = error_of(post(api, "/ids/order/values"), 500)
+    assert code == "internal" and "RuntimeError" in message and "a bug" not in message
+
+
+def test_a_plugin_that_returns_false_is_a_403_rejected(gate: None, api: Client) -> None:
+    Sequence.objects.define("order")
+    Gate.refuse = True
+    code, message = error_of(post(api, "/ids/order/values"), 403)
+    assert code == "rejected" and "rejected by plugin Gate" in message
+
+
+def test_refused_tokens_consume_nothing() -> None:
+    Sequence.objects.define("order", step=1000)
+    _, good = make_token("order")
+    _, other = make_token("invoice")
+    assert post(client_for(good), "/ids/order/values").json()["values"] == [1]
+    error_of(post(client_for(other), "/ids/order/values"), 403)
+    error_of(post(client_for("dsq_wrong"), "/ids/order/values"), 403)
+    error_of(post(Client(), "/ids/order/values"), 401)
+    assert post(client_for(good), "/ids/order/values").json()["values"] == [2]
+
+
+# --- CSRF and sessions --------------------------------------------------------------------------
+
+
+def test_bearer_requests_need_no_csrf_token_and_sessions_are_not_accepted() -> None:
+    Sequence.objects.define("order")
+    _, token = make_token("order")
+    strict = client_for(token, enforce_csrf_checks=True)
+    assert post(strict, "/ids/order/values").status_code == 200
+    user = User.objects.create_superuser("admin", "a@example.com", "pw")
+    session = Client(enforce_csrf_checks=True)
+    session.force_login(user)
+    code, _ = error_of(post(session, "/ids/order/values"), 401)
+    assert code == "unauthorized"
+
+
+# --- tokens: scope, cache, last_used_at ---------------------------------------------------------
+
+
+def test_token_scope() -> None:
+    for name in ("order", "invoice", "shop.order"):
+        Sequence.objects.define(name)
+    _, one = make_token("order", "shop.order")
+    assert post(client_for(one), "/ids/order/values").status_code == 200
+    assert post(client_for(one), "/ids/shop.order/values").status_code == 200
+    assert client_for(one).get("/ids/order/status").status_code == 200
+    error_of(post(client_for(one), "/ids/invoice/values"), 403)
+    error_of(client_for(one).get("/ids/invoice/status"), 403)
+    _, everything = make_token("*")
+    assert post(client_for(everything), "/ids/invoice/values").status_code == 200
+    _, nothing = make_token()
+    error_of(post(client_for(nothing), "/ids/order/values"), 403)
+
+
+def test_cached_tokens_cost_no_query_and_deactivation_bites_within_the_cache_time(
+    clock: FakeMonotonic, django_assert_num_queries: Any
+) -> None:
+    Sequence.objects.define("order", step=1000)
+    row, token = make_token("order")
+    client = client_for(token)
+    assert post(client, "/ids/order/values").status_code == 200  # reads the token, the sequence
+    with django_assert_num_queries(0):
+        assert post(client, "/ids/order/values").status_code == 200
+    ApiToken.objects.filter(pk=row.pk).update(is_active=False)
+    clock.t += http.TOKEN_CACHE_SECONDS - 1
+    assert post(client, "/ids/order/values").status_code == 200  # still cached
+    clock.t += 1
+    _, message = error_of(post(client, "/ids/order/values"), 403)
+    assert "deactivated" in message
+    ApiToken.objects.filter(pk=row.pk).delete()
+    clock.t += http.TOKEN_CACHE_SECONDS
+    _, message = error_of(post(client, "/ids/order/values"), 403)
+    assert "Unknown token" in message
+
+
+def test_a_new_token_works_at_once_unknown_tokens_are_not_cached() -> None:
+    Sequence.objects.define("order")
+    token = "dsq_made-later"
+    error_of(post(client_for(token), "/ids/order/values"), 403)
+    ApiToken.objects.create(
+        name="later", prefix=token[:12], digest=ApiToken.digest_of(token), sequences=["order"]
+    )
+    assert post(client_for(token), "/ids/order/values").status_code == 200
+
+
+def test_last_used_at_is_written_at_most_once_a_minute(clock: FakeMonotonic) -> None:
+    Sequence.objects.define("order", step=1000)
+    row, token = make_token("order")
+    client = client_for(token)
+
+    def last_used() -> Any:
+        return ApiToken.objects.get(pk=row.pk).last_used_at
+
+    assert last_used() is None
+    post(client, "/ids/order/values")
+    first = last_used()
+    assert first is not None and timezone.now() - first < timedelta(seconds=5)
+    for _ in range(5):
+        clock.t += 10
+        post(client, "/ids/order/values")
+    assert last_used() == first  # 50 s: no write
+    # another process wrote a moment ago: this one's attempt after a minute changes nothing
+    clock.t += 11
+    post(client, "/ids/order/values")
+    assert last_used() == first
+    # a minute after the stored time, the next attempt writes
+    back = first - timedelta(seconds=61)
+    ApiToken.objects.filter(pk=row.pk).update(last_used_at=back)
+    clock.t += 30
+    post(client, "/ids/order/values")
+    assert last_used() == back  # this process tried 30 s ago: it waits its own minute
+    clock.t += 30
+    post(client, "/ids/order/values")
+    assert last_used() > first
+
+
+def test_a_refused_request_does_not_count_as_use() -> None:
+    Sequence.objects.define("invoice")
+    row, token = make_token("order")
+    error_of(post(client_for(token), "/ids/invoice/values"), 403)
+    assert ApiToken.objects.get(pk=row.pk).last_used_at is None
+
+
+# --- the token command --------------------------------------------------------------------------
+
+
+def test_token_command_prints_the_token_once() -> None:
+    Sequence.objects.define("order")
+    out, err = StringIO(), StringIO()
+    call_command("sequences_token", "ci", "--sequences", "order, invoice", stdout=out, stderr=err)
+    token = out.getvalue().strip()
+    assert token.startswith("dsq_") and "\n" not in token
+    row = ApiToken.objects.get(digest=ApiToken.digest_of(token))
+    assert row.name == "ci" and row.sequences == ["order", "invoice"]
+    assert token not in err.getvalue()
+    assert "Copy it now" in err.getvalue()
+    assert "no sequence named 'invoice'" in err.getvalue()
+    assert post(client_for(token), "/ids/order/values").status_code == 200
+    assert not ApiToken.objects.filter(digest=token).exists()  # never stored in clear
+
+
+def test_token_command_json() -> None:
+    out = StringIO()
+    call_command("sequences_token", "all", "--sequences", "*", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert set(data) == {"id", "name", "prefix", "sequences", "token"}
+    assert data["sequences"] == ["*"] and data["token"].startswith(data["prefix"])
+    assert ApiToken.objects.get(pk=data["id"]).digest == ApiToken.digest_of(data["token"])
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["ci", "--sequences", " , "], "names no sequence"),
+        (["ci", "--sequences", "order,-bad"], "may hold only"),
+        (["", "--sequences", "order"], "NAME must be 1 to 100"),
+    ],
+)
+def test_token_command_refuses_bad_arguments(args: list[str], says: str) -> None:
+    with pytest.raises(CommandError, match=says):
+        call_command("sequences_token", *args)
+    assert not ApiToken.objects.exists()
+
+
+# --- concurrent clients -------------------------------------------------------------------------
+
+
+def test_concurrent_clients_get_every_value_once() -> None:
+    """8 threads, each with its own client, issue values and numbers of strict (gapless)
+    sequences and of a segment sequence: no value twice, and none missing where strict."""
+    Sequence.objects.define("c.strict", strategy="strict")
+    Sequence.objects.define("c.number", strategy="strict", template="N{seq:07}")
+    Sequence.objects.define("c.segment", step=50)
+    _, token = make_token("c.strict", "c.number", "c.segment")
+    threads, rounds = 8, 25
+    strict: list[int] = []
+    segment: list[int] = []
+    numbers: list[str] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work(n: int) -> None:
+        client = client_for(token)
+        mine_strict: list[int] = []
+        mine_segment: list[int] = []
+        mine_numbers: list[str] = []
+        try:
+            for i in range(rounds):
+                count = 1 + (n + i) % 3
+                for url, out in (
+                    ("/ids/c.strict/values", mine_strict),
+                    ("/ids/c.segment/values", mine_segment),
+                ):
+                    r = post(client, url, {"count": count})
+                    assert r.status_code == 200, r.content
+                    out.extend(r.json()["values"])
+                r = post(client, "/ids/c.number/numbers", {"count": count})
+                assert r.status_code == 200, r.content
+                mine_numbers.extend(r.json()["numbers"])
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+        with lock:
+            strict.extend(mine_strict)
+            segment.extend(mine_segment)
+            numbers.extend(mine_numbers)
+
+    started = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join()
+    if errors:
+        raise errors[0]
+    total = sum(1 + (n + i) % 3 for n in range(threads) for i in range(rounds))
+    assert sorted(strict) == list(range(1, total + 1))
+    assert sorted(int(n[1:]) for n in numbers) == list(range(1, total + 1))
+    assert len(numbers) == len(set(numbers)) == total
+    assert len(segment) == len(set(segment)) == total
