@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -90,15 +91,17 @@ else:
     raise RuntimeError(f"DB must be sqlite, postgresql or mysql; got {DB!r}")
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-CACHES = {
+CACHES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    # what the redis strategies use (DJANGO_SEQUENCES["REDIS_ALIAS"])
-    "sequences": {
+}
+if importlib.util.find_spec("django_redis") is not None:
+    # what the redis strategies use (DJANGO_SEQUENCES["REDIS_ALIAS"]); without the `redis`
+    # extra (the demo installs none) Django's cache checks would fail to import the backend
+    CACHES["sequences"] = {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": REDIS_URL,
         "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
-    },
-}
+    }
 
 DJANGO_SEQUENCES: dict[str, Any] = {
     "REDIS_ALIAS": "sequences",
