@@ -25,6 +25,8 @@ BUILTIN: dict[str, str] = {
     "redis_segment": "django_sequences.sources.redis.RedisSegmentStrategy",
     "snowflake": "django_sequences.sources.snowflake.SnowflakeStrategy",
     "timestamp": "django_sequences.sources.timestamp.TimestampStrategy",
+    "failover": "django_sequences.wrappers.FailoverStrategy",
+    "memory_bits": "django_sequences.wrappers.MemoryBitsStrategy",
 }
 
 
@@ -60,6 +62,11 @@ class Strategy:
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
         raise NotImplementedError
 
+    def provision(self, spec: SequenceSpec, alias: str, *, dry_run: bool) -> list[str]:
+        """Make what the definition needs on other stores before its first use (the wrappers'
+        inner definitions); ``alias:name`` of each thing made, or that a dry run would make."""
+        return []
+
     def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
         """A generator of ``spec`` counting in row ``row_key`` (made from the definition on
         first use) instead of the sequence's own; only when :attr:`keyed_rows`."""
@@ -78,20 +85,53 @@ def _describe(types: Any) -> str:
 
 
 class SegmentStrategy(Strategy):
-    """Leased ranges, double-buffered in memory (the default)."""
+    """Leased ranges, double-buffered in memory (the default).
+
+    ``max_step`` above ``step`` turns on adaptive sizing (``core/segment.py``): each lease covers
+    ``lease_seconds`` of the measured demand, from ``step`` (or ``min_step``) to ``max_step``.
+    """
 
     name = "segment"
+    options = {
+        "min_step": ((int, type(None)), None),
+        "max_step": ((int, type(None)), None),
+        "lease_seconds": ((int, float), 900),
+    }
     keyed_rows = True
+
+    def validate(self, spec: SequenceSpec) -> None:
+        super().validate(spec)
+        lo, hi = self.steps(spec)
+        if not 1 <= lo <= hi:
+            raise InvalidDefinition(
+                f"Sequence {spec.name!r}: options['min_step'] ({lo}) must be from 1 to "
+                f"options['max_step'] ({hi})."
+            )
+        if self.option(spec, "lease_seconds") <= 0:
+            raise InvalidDefinition(
+                f"Sequence {spec.name!r}: options['lease_seconds'] (how long a lease should "
+                f"last) must be > 0."
+            )
+
+    def steps(self, spec: SequenceSpec) -> tuple[int, int]:
+        """(min, max) lease size: ``min_step`` or ``step``, ``max_step`` or the min."""
+        lo = self.option(spec, "min_step") or spec.step
+        return lo, self.option(spec, "max_step") or max(lo, spec.step)
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
         return self.build_keyed(spec, alias, spec.name)
 
     def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
         from .conf import app_settings
-        from .core.segment import SegmentGenerator
+        from .core.segment import SegmentGenerator, Sizing
         from .models import Segment
 
         name = spec.name
+        lo, hi = self.steps(spec)
+        sizing = None
+        if hi > lo or lo != spec.step:
+            lead = max(1.0, self.option(spec, "lease_seconds") / 100)
+            sizing = Sizing(lo, hi, float(self.option(spec, "lease_seconds")), lead=lead)
 
         def lease(count: int | None) -> tuple[int, int]:
             return Segment.objects.lease(row_key, count, using=alias, sequence=name)
@@ -101,6 +141,7 @@ class SegmentStrategy(Strategy):
             lease,
             threshold=app_settings.PREFETCH_THRESHOLD,
             wait_timeout=app_settings.LEASE_WAIT_TIMEOUT,
+            sizing=sizing,
         )
 
 

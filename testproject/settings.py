@@ -90,6 +90,31 @@ elif DB == "mysql":
 else:
     raise RuntimeError(f"DB must be sqlite, postgresql or mysql; got {DB!r}")
 
+# On a server database, alias "other" is the other server (PostgreSQL <-> MariaDB): the
+# failover tests put partitions on both and stop one of them.
+_OTHER: dict[str, dict[str, Any]] = {
+    "mysql": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "test",
+        "USER": "postgres",
+        "HOST": "127.0.0.1",
+        "PORT": 5432,
+    },
+    "postgresql": {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": "test",
+        "USER": "root",
+        "PASSWORD": "",
+        "HOST": "127.0.0.1",
+        "PORT": 3306,
+        "OPTIONS": {"charset": "utf8mb4"},
+    },
+}
+if DB in _OTHER:
+    DATABASES["other"] = {**_OTHER[DB], "TEST": {"NAME": f"test_django_sequences_other{_SUFFIX}"}}
+    if DB == "postgresql":
+        DATABASES["other"]["TEST"]["CHARSET"] = "utf8mb4"
+
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 CACHES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},

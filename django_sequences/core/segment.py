@@ -1,11 +1,20 @@
 """The segment generator: trend-increasing values from leased ranges, double-buffered.
 
-Algorithm. The generator holds a *current* range ``[_cur, _last]`` and at most one *next* range.
+Algorithm. The generator holds a *current* range ``[_cur, _last]`` and the *pending* ranges leased
+after it (one, except where a lease returns several runs, as ``memory_bits`` over ``failover``).
 ``next()`` takes the lock, hands out ``_cur`` and adds one: no I/O, no allocation beyond the int.
 When the value handed out reaches ``_trigger`` (the point where ``PREFETCH_THRESHOLD`` of the
 current range is used), the generator asks the process's prefetcher thread to lease the next
 range. When the current range runs out, the next one is swapped in; only if it is not there yet
 does the caller wait for the lease in flight, or lease synchronously when none is in flight.
+
+Adaptive sizing (``sizing``, optional). With a :class:`Sizing`, each lease asks for as many values
+as the measured consumption rate uses up in ``target`` seconds, bounded by ``[min, max]``, and
+the prefetch starts early enough that what is left lasts ``lead`` seconds (at least three
+measured lease round trips) at that rate, or once ``threshold`` of the range is used, whichever
+comes first. The rate is a moving average of what each range measured (values used / seconds
+it served), so a burst raises the next lease at once and an idle spell lowers it range by range.
+Without a ``Sizing`` every lease asks for the store's own step (``count=None``).
 
 What ``_lock`` protects: every attribute below prefixed with an underscore except ``_lease``,
 ``_prefetcher``, ``_clock`` and ``name``. I/O never happens while it is held; ``_cond`` (on the
@@ -21,8 +30,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import math
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from ..exceptions import BackendUnavailable
 from . import forking
@@ -35,6 +46,29 @@ from .prefetch import Prefetcher, default_prefetcher
 LeaseFn = Callable[[int | None], tuple[int, int]]
 
 _NEVER = 1 << 200  # a trigger no value reaches
+
+
+class Sizing:
+    """How an adaptive generator sizes its leases (see the module docstring)."""
+
+    __slots__ = ("lead", "max", "min", "target")
+
+    def __init__(self, min_size: int, max_size: int, target: float, lead: float = 1.0) -> None:
+        if not 1 <= min_size <= max_size:
+            raise ValueError(f"need 1 <= min_size <= max_size; got {min_size}, {max_size}")
+        self.min = min_size
+        self.max = max_size
+        self.target = target
+        self.lead = lead
+
+    def size(self, rate: float) -> int:
+        """Values for a lease at ``rate`` values per second: ``rate * target``, bounded."""
+        if rate <= 0:
+            return self.min
+        return max(self.min, min(self.max, math.ceil(rate * self.target)))
+
+    def __repr__(self) -> str:
+        return f"Sizing({self.min}, {self.max}, target={self.target:g}, lead={self.lead:g})"
 
 
 class SegmentGenerator:
@@ -51,9 +85,11 @@ class SegmentGenerator:
         wait_timeout: float = 30.0,
         prefetcher: Prefetcher | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        sizing: Sizing | None = None,
     ) -> None:
         self.name = name
         self._lease = lease
+        self._sizing = sizing
         self._threshold = threshold
         self._wait_timeout = wait_timeout
         self._prefetcher = prefetcher
@@ -68,7 +104,7 @@ class SegmentGenerator:
         self._last = 0  # empty: _cur > _last
         self._first = 1
         self._trigger = _NEVER
-        self._next: tuple[int, int] | None = None
+        self._pending: collections.deque[tuple[int, int]] = collections.deque()
         self._fetching = False
         self._leases = 0
         self._consumed = 0  # sizes of the ranges used up before the current one
@@ -76,6 +112,10 @@ class SegmentGenerator:
         self._last_error: BaseException | None = None
         # (monotonic time, values issued up to then) at each range change; feeds ``rate``
         self._history: collections.deque[tuple[float, int]] = collections.deque(maxlen=16)
+        self._mark = (self._clock.monotonic(), 1)  # (time, _cur then): where the rate counts from
+        self._rate = 0.0  # adaptive sizing: moving average of values per second
+        self._lease_time = 0.0  # adaptive sizing: moving average of a lease's seconds
+        self._sizes: collections.deque[int] = collections.deque(maxlen=8)  # sizes asked for
 
     # --- the fast path -------------------------------------------------------------------
 
@@ -112,9 +152,8 @@ class SegmentGenerator:
         with self._lock:
             v = self._cur
             end = v + count
-            if end - 1 > self._last and self._next is not None and self._cur > self._last:
-                first, last = self._next
-                self._next = None
+            if end - 1 > self._last and self._pending and self._cur > self._last:
+                first, last = self._pending.popleft()
                 self._install(first, last)
                 v = self._cur
                 end = v + count
@@ -130,19 +169,48 @@ class SegmentGenerator:
     def _request_prefetch(self) -> None:
         # lock held
         self._trigger = _NEVER
-        if not self._fetching and self._next is None:
+        if not self._fetching and not self._pending:
             self._fetching = True
             (self._prefetcher or default_prefetcher()).submit(self)
 
     def _install(self, first: int, last: int) -> None:
         # lock held; makes [first, last] the current range
-        self._consumed += self._last - self._first + 1 if self._last >= self._first else 0
+        now = self._clock.monotonic()
+        if self._last >= self._first:
+            self._consumed += self._last - self._first + 1
+            if self._sizing is not None and self._cur > self._last:  # ran through it: a sample
+                self._sample(self._cur, now)
         self._first = first
         self._cur = first
         self._last = last
+        self._mark = (now, first)
         size = last - first + 1
-        self._trigger = first + int(size * self._threshold)
-        self._history.append((self._clock.monotonic(), self._consumed))
+        trigger = first + int(size * self._threshold)
+        if self._sizing is not None and self._rate > 0:
+            # start early enough that what is left outlasts the lead time at the measured rate
+            lead = max(self._sizing.lead, 3 * self._lease_time)
+            trigger = max(first, min(trigger, last - int(self._rate * lead)))
+        self._trigger = trigger
+        self._history.append((now, self._consumed))
+
+    def _sample(self, cur: int, now: float) -> None:
+        # lock held; fold the values handed out since the mark into the rate
+        t0, v0 = self._mark
+        if cur > v0:
+            rate = (cur - v0) / max(now - t0, 1e-6)
+            self._rate = rate if self._rate <= 0 else (self._rate + rate) / 2
+        self._mark = (now, cur)
+
+    def _lease_size(self) -> int | None:
+        # lock held; the size of the next regular lease (None: the store's step)
+        sizing = self._sizing
+        if sizing is None:
+            return None
+        if self._last >= self._first:  # what the current range measured so far
+            self._sample(min(self._cur, self._last + 1), self._clock.monotonic())
+        size = sizing.size(self._rate)
+        self._sizes.append(size)
+        return size
 
     def _take_slow(self, count: int) -> range | list[int]:
         pieces: list[range] = []
@@ -150,6 +218,7 @@ class SegmentGenerator:
         deadline = self._clock.monotonic() + self._wait_timeout
         while need:
             lease_size: int | None
+            regular = True
             with self._lock:
                 while True:
                     avail = self._last - self._cur + 1
@@ -164,9 +233,8 @@ class SegmentGenerator:
                                 self._request_prefetch()
                             break
                         continue
-                    if self._next is not None:
-                        first, last = self._next
-                        self._next = None
+                    if self._pending:
+                        first, last = self._pending.popleft()
                         self._install(first, last)
                         continue
                     if self._fetching:
@@ -180,46 +248,57 @@ class SegmentGenerator:
                         continue
                     # nothing cached and nothing in flight: lease here, outside the lock
                     self._fetching = True
-                    lease_size = need if need > self._step_hint > 0 else None
+                    regular = not need > self._step_hint > 0
+                    lease_size = self._lease_size() if regular else need
                     break
                 if not need:
                     break
-            self._lease_into_next(lease_size)
+            self._lease_into_next(lease_size, regular)
         return _join(pieces)
 
     def _prefetch(self) -> None:
         """Lease the next range; called on the prefetcher thread."""
         # On failure the caller that runs the range dry leases itself and sees the error then.
+        with self._lock:
+            size = self._lease_size()
         with contextlib.suppress(BaseException):
-            self._lease_into_next(None)
+            self._lease_into_next(size)
 
-    def _lease_into_next(self, size: int | None) -> None:
-        """Lease (outside the lock) and store the range as the next one; ``_fetching`` is set
+    def _lease_runs(self, size: int | None) -> list[tuple[int, int]]:
+        """Lease ``size`` values (None: the store's step) as runs ``(first, last)``, inclusive,
+        in the order to hand them out. One run here; subclasses may return several."""
+        return [self._lease(size)]
+
+    def _lease_into_next(self, size: int | None, regular: bool = True) -> None:
+        """Lease (outside the lock) and queue the runs as the pending ones; ``_fetching`` is set
         by the caller and cleared here, and waiters are woken, whatever happens."""
+        started = self._clock.monotonic()
         try:
-            first, last = self._lease(size)
+            runs = self._lease_runs(size)
         except BaseException as exc:
             with self._lock:
                 self._fetching = False
                 self._last_error = exc
                 self._cond.notify_all()
             raise
+        took = self._clock.monotonic() - started
         with self._lock:
             self._fetching = False
             self._leases += 1
             self._last_error = None
-            if size is None:
-                self._step_hint = last - first + 1
-            self._next = (first, last)
+            self._lease_time = took if self._lease_time <= 0 else (self._lease_time + took) / 2
+            got = sum(last - first + 1 for first, last in runs)
+            if regular:  # (not a big take's own lease)
+                self._step_hint = got if size is None else size
+            self._pending.extend(runs)
             self._cond.notify_all()
 
     def status(self) -> Status:
         with self._lock:
             has = self._cur <= self._last
             remaining = max(0, self._last - self._cur + 1)
-            nxt = self._next
-            if nxt is not None:
-                remaining += nxt[1] - nxt[0] + 1
+            nxt = self._pending[0] if self._pending else None
+            remaining += sum(last - first + 1 for first, last in self._pending)
             issued = self._consumed + (self._cur - self._first if self._last >= self._first else 0)
             now = self._clock.monotonic()
             rate = 0.0
@@ -240,7 +319,24 @@ class SegmentGenerator:
                 issued=issued,
                 rate=rate,
                 last_error=f"{type(err).__name__}: {err}" if err is not None else None,
+                details=self._sizing_details() if self._sizing is not None else {},
             )
+
+    def _sizing_details(self) -> dict[str, Any]:
+        # lock held
+        sizing = self._sizing
+        assert sizing is not None
+        return {
+            "adaptive": {
+                "min_size": sizing.min,
+                "max_size": sizing.max,
+                "target_seconds": sizing.target,
+                "lead_seconds": max(sizing.lead, 3 * self._lease_time),
+                "measured_rate": round(self._rate, 3),
+                "lease_seconds": round(self._lease_time, 6),
+                "recent_sizes": list(self._sizes),
+            }
+        }
 
     def _after_fork_in_child(self) -> None:
         # Drop every range inherited from the parent (I3): the parent may still hand them out.
