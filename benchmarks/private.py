@@ -159,7 +159,7 @@ class Private:
         if name == "postgresql":
             opts = (
                 f"-p {port} -k {self.root / 'pg'} -c listen_addresses=127.0.0.1 -c fsync=off "
-                "-c synchronous_commit=off -c max_connections=300"
+                "-c max_connections=300"
             )
             _run(
                 [

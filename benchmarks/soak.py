@@ -115,16 +115,20 @@ def available_labels() -> list[str]:
 
 def define(labels: list[str]) -> None:
     """(Re)define ``soak.<label>`` for every label, with its tables."""
+    for label in labels:
+        define_one(label, name_of(label))
+
+
+def define_one(label: str, name: str) -> None:
+    """Define ``name`` as ``DEFINITIONS[label]`` says (replacing it), with its tables."""
     from django_sequences.models import Sequence
     from django_sequences.sources.autoincrement import create_tables
 
-    for label in labels:
-        name = name_of(label)
-        Sequence.objects.filter(name__startswith=name).delete()
-        kwargs = json.loads(json.dumps(DEFINITIONS[label]))  # a deep copy
-        seq = Sequence.objects.define(name, **kwargs)
-        if label == "autoincrement":
-            create_tables(seq.spec(), "default")
+    Sequence.objects.filter(name__startswith=name).delete()
+    kwargs = json.loads(json.dumps(DEFINITIONS[label]))  # a deep copy
+    seq = Sequence.objects.define(name, **kwargs)
+    if label == "autoincrement":
+        create_tables(seq.spec(), "default")
 
 
 # --- the worker process ----------------------------------------------------------------------
@@ -144,6 +148,7 @@ def worker_thread(
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     names = [name_of(label) for label in labels]
     longest = [0.0] * len(labels)
+    seen: set[tuple[int, str]] = set()
     k = rng.randrange(len(labels))
     pc = time.perf_counter
     while not stop.is_set():
@@ -159,6 +164,10 @@ def worker_thread(
             except Exception as exc:
                 ms = (pc() - t0) * 1000
                 lines.append(f"E {li} {_exc_name(exc)} {ms:.1f}\n")
+                if (li, _exc_name(exc)) not in seen:  # the first message of each kind
+                    seen.add((li, _exc_name(exc)))
+                    msg = " ".join(f"{exc}".split())[:300]
+                    lines.append(f"M {li} {_exc_name(exc)} {msg}\n")
                 if ms > longest[li]:
                     longest[li] = ms
                     lines.append(f"W {li} {ms:.1f}\n")
@@ -378,6 +387,7 @@ def read_bounds(labels: list[str]) -> dict[str, Any]:
             keys = Segment.objects.filter(key__startswith=name).values_list("key", "value")
             b["rows"] = dict(keys)
             bits = spec.options.get("bits", 3)
+            b["min"] = Sequence.objects.get(name=f"{name}/m").spec().min_value << bits
             inner = max((v for _, v in keys), default=None)
             # values are inner << bits | k: the last inner value leased covers up to
             b["hwm"]["0"] = None if inner is None else ((inner + 1) << bits) - 1
@@ -397,6 +407,7 @@ class Stats:
     longest_ms: float = 0.0
     descents: int = 0
     per_owner: dict[tuple[int, int, int], array[int]] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
 
 
 def read_files(out: Path, labels: list[str]) -> dict[str, Stats]:
@@ -416,6 +427,10 @@ def read_files(out: Path, labels: list[str]) -> dict[str, Stats]:
                     st = stats[labels[int(parts[1])]]
                     st.errors[parts[2]] += 1
                     st.longest_ms = max(st.longest_ms, float(parts[3]))
+                elif parts[0] == "M":
+                    if len(parts) >= 3 and line.endswith("\n"):
+                        st = stats[labels[int(parts[1])]]
+                        st.messages.setdefault(parts[2], line.split(" ", 3)[3].strip())
                 elif parts[0] == "W":
                     if len(parts) == 3:
                         st = stats[labels[int(parts[1])]]
@@ -449,13 +464,16 @@ def gaps(
     Also the values above the high-water mark (must be 0)."""
     bits = b["bits"]
     mask = (1 << bits) - 1
-    last: dict[int, str] = {}
+    last: dict[tuple[int, int], str] = {}  # (stream, counter) -> kind
     streams: dict[int, list[int]] = collections.defaultdict(list)
     for (slot, inc, _tid), arr in st.per_owner.items():
         kind = "after kill -9" if (slot, inc) in killed else "after exit"
-        last[arr[-1]] = kind
+        mine: dict[int, int] = {}
         for v in arr:
             streams[v & mask].append(v >> bits)
+            mine[v & mask] = v >> bits
+        for stream, counter in mine.items():
+            last[stream, counter] = kind
     total = 0
     above = 0
     why: collections.Counter[str] = collections.Counter()
@@ -470,7 +488,7 @@ def gaps(
             if v > prev + 1:
                 missing = v - prev - 1
                 total += missing
-                why[last.get(prev << bits | int(s), "other")] += missing
+                why[last.get((int(s), prev), "other")] += missing
             prev = v
     return total, why, above
 
@@ -523,6 +541,10 @@ def check(out: Path) -> int:
         "longest call (ms)",
     )
     print_md(f"Soak results ({out})", header, rows)
+    print("\nFirst message of each error type:\n")
+    for label in labels:
+        for kind, msg in sorted(stats[label].messages.items()):
+            print(f"- {label}: {kind}: {msg}")
     print("\nRESULT: " + ("FAILED" if failed else "ok: no duplicates, order kept where promised"))
     return 1 if failed else 0
 

@@ -83,6 +83,30 @@ CASES: dict[str, Case] = {
         setup=_create_ai_tables,
         teardown=_drop_ai_tables,
     ),
+    "segment-adaptive": Case(
+        {"strategy": "segment", "step": 50, "options": {"max_step": 5000, "lease_seconds": 0.5}}
+    ),
+    "failover": Case(
+        {
+            "strategy": "failover",
+            "step": 50,
+            "options": {"partitions": [{}, {"strategy": "strict"}]},
+        },
+        increasing=False,
+    ),
+    "failover-redis": Case(
+        {
+            "strategy": "failover",
+            "step": 50,
+            "options": {
+                "partitions": [{}, {"strategy": "redis"}, {"strategy": "redis_segment"}, {}],
+            },
+        },
+        increasing=False,
+        redis_prefix=True,
+        uses_redis=True,
+    ),
+    "memory_bits": Case({"strategy": "memory_bits", "step": 50, "options": {"bits": 3}}),
 }
 
 
@@ -94,7 +118,15 @@ def seq(request: pytest.FixtureRequest) -> Iterator[tuple[str, Case]]:
         define = dict(case.define)
         if case.uses_redis:
             prefix = stack.enter_context(redisutil.key_prefix(exclusive=False))
-            if case.redis_prefix:
+            if case.redis_prefix and define["strategy"] == "failover":
+                define["options"] = {
+                    **define["options"],
+                    "partitions": [
+                        {**p, "options": {"key_prefix": prefix}} if p.get("strategy") else p
+                        for p in define["options"]["partitions"]
+                    ],
+                }
+            elif case.redis_prefix:
                 define["options"] = {**define.get("options", {}), "key_prefix": prefix}
         Sequence.objects.define(name, **define)
         case.setup(name)

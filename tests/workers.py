@@ -261,3 +261,98 @@ def spawned_numbers(db_env: dict[str, str], db_name: str, name: str, count: int,
 def forked_numbers(db_env: dict[str, str], db_name: str, name: str, count: int, out: Any) -> None:
     """In a forked child: Django is set up already (inherited)."""
     issue_numbers(name, count, out)
+
+
+def setup_django_aliases(db_env: dict[str, str], db_names: dict[str, str]) -> None:
+    """In a spawned child: set Django up against the parent's test databases, every alias of
+    ``db_names`` (alias -> test database name) included."""
+    setup_django(db_env, db_names["default"])
+    from django.db import connections
+
+    for alias, db_name in db_names.items():
+        connections.settings[alias]["NAME"] = db_name
+
+
+def issue_threads_until(
+    name: str, threads: int, stop_file: str, out_path: str, limit: float
+) -> dict[str, Any]:
+    """``threads`` threads issue values of ``name`` until ``stop_file`` exists (or ``limit``
+    seconds pass); odd-numbered threads take batches of 7, the others one value a call. Thread
+    ``t`` appends its values to ``<out_path>.<t>`` as it goes (a line each, flushed every 64
+    values or 20 ms), so the parent can watch them. Any exception is counted and the thread goes
+    on. Returns (and writes to ``<out_path>.json``) the calls made, the errors (count and the
+    first few), and the slowest call in seconds."""
+    import json
+    import threading
+    import time
+
+    from django_sequences import next_value, next_values
+
+    deadline = time.monotonic() + limit
+    lock = threading.Lock()
+    summary: dict[str, Any] = {"calls": 0, "errors": 0, "first_errors": [], "worst": 0.0}
+
+    def work(t: int) -> None:
+        batch = 7 if t % 2 else 1
+        fd = os.open(f"{out_path}.{t}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        buf: list[int] = []
+        calls = errors = 0
+        worst = 0.0
+        first: list[str] = []
+        flushed = time.monotonic()
+        try:
+            while not os.path.exists(stop_file) and time.monotonic() < deadline:
+                t0 = time.perf_counter()
+                try:
+                    if batch == 1:
+                        buf.append(next_value(name))
+                    else:
+                        buf.extend(next_values(name, batch))
+                except Exception as exc:
+                    errors += 1
+                    if len(first) < 5:
+                        first.append(repr(exc))
+                    time.sleep(0.01)
+                    continue
+                took = time.perf_counter() - t0
+                worst = max(worst, took)
+                calls += 1
+                now = time.monotonic()
+                if len(buf) >= 64 or now - flushed > 0.02:
+                    os.write(fd, "".join(f"{v}\n" for v in buf).encode())
+                    buf.clear()
+                    flushed = now
+                if calls % 16 == 0:
+                    time.sleep(0.001)  # a service's pace, not a benchmark's: bounded output
+        finally:
+            if buf:
+                os.write(fd, "".join(f"{v}\n" for v in buf).encode())
+            os.close(fd)
+            with lock:
+                summary["calls"] += calls
+                summary["errors"] += errors
+                summary["first_errors"].extend(first)
+                summary["worst"] = max(summary["worst"], worst)
+
+    started = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in started:
+        th.start()
+    for th in started:
+        th.join()
+    with open(f"{out_path}.json", "w") as f:
+        json.dump(summary, f)
+    return summary
+
+
+def spawned_issue_threads_until(
+    db_env: dict[str, str],
+    db_names: dict[str, str],
+    name: str,
+    threads: int,
+    stop_file: str,
+    out_path: str,
+    limit: float,
+) -> None:
+    """:func:`issue_threads_until` in a spawned child set up against ``db_names``."""
+    setup_django_aliases(db_env, db_names)
+    issue_threads_until(name, threads, stop_file, out_path, limit)

@@ -38,19 +38,19 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..exceptions import BackendUnavailable, SequenceExhausted
+from ..exceptions import (
+    BackendUnavailable,
+    InvalidCount,
+    InvalidKey,
+    InvalidName,
+    SequenceExhausted,
+)
 from . import forking
 from .base import IdGenerator, Status
 from .clock import SYSTEM_CLOCK, Clock
 
 #: Errors of the caller's making: raised as they are, never held against a partition.
-_CALLER_ERRORS = (TypeError,)
-
-
-def _callers_fault(exc: BaseException) -> bool:
-    from ..exceptions import InvalidCount, InvalidKey, InvalidName
-
-    return isinstance(exc, InvalidCount | InvalidKey | InvalidName | _CALLER_ERRORS)
+_CALLER_ERRORS = (InvalidCount, InvalidKey, InvalidName, TypeError)
 
 
 class Partition:
@@ -128,7 +128,7 @@ class FailoverGenerator:
     # --- issuing -----------------------------------------------------------------------------
 
     def next(self) -> int:
-        return self._issue(1)  # type: ignore[return-value]
+        return self._issue(0)  # type: ignore[return-value]
 
     def take(self, count: int) -> range | list[int]:
         """``count`` values from one partition: a stepped ``range`` when the inner values are
@@ -136,6 +136,7 @@ class FailoverGenerator:
         return self._issue(count)  # type: ignore[return-value]
 
     def _issue(self, count: int) -> int | range | list[int]:
+        """One value (``count`` 0) or a batch of ``count``."""
         parts = self._parts
         mask = len(parts) - 1
         monotonic = self._clock.monotonic
@@ -150,12 +151,13 @@ class FailoverGenerator:
         return self._last_resort(count)
 
     def _call(self, p: Partition, count: int) -> int | range | list[int] | None:
-        """Issue from ``p``; None (and ``p``'s health updated) when it failed."""
+        """Issue from ``p`` (``count`` as in :meth:`_issue`); None (and ``p``'s health updated)
+        when it failed."""
         clock = self._clock
         t0 = clock.monotonic()
         try:
             gen = p.gen or p.generator()
-            if count == 1:
+            if count == 0:
                 v = gen.next()
             else:
                 vs = gen.take(count)
@@ -165,7 +167,7 @@ class FailoverGenerator:
                 p.last_error = f"{type(exc).__name__}: {exc}"
             return None
         except Exception as exc:
-            if _callers_fault(exc):
+            if isinstance(exc, _CALLER_ERRORS):
                 raise
             with self._lock:
                 p.failures += 1
@@ -177,9 +179,9 @@ class FailoverGenerator:
         took = clock.monotonic() - t0
         if p.down_until or took > self._timeout:
             self._after_success(p, t0, took)
-        p.issued += count  # (an approximate counter: no lock on the fast path)
+        p.issued += count or 1  # (an approximate counter: no lock on the fast path)
         b, i = self.bits, p.index
-        if count == 1:
+        if count == 0:
             return v << b | i
         if isinstance(vs, range) and vs.step == 1:
             return range(vs.start << b | i, ((vs.stop - 1) << b | i) + 1, 1 << b)
