@@ -48,6 +48,7 @@ from .core.validation import check_bounds, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError, TemplateError
 from .models import ApiToken, IssuedNumber, IssueStat, Segment, Sequence, WorkerLease
 from .numbers import check_template, compile_template, render_preview
+from .operations import WRAPPERS, partition_health
 from .stats import rate_series
 from .strategies import names as strategy_names
 from .strategies import validate
@@ -672,6 +673,9 @@ class SequenceAdmin(admin.ModelAdmin):
                 for r in rows
             ],
             "leases": [_lease_info(lease, db_time) for lease in leases],
+            "partitions": (
+                partition_health(obj.spec(), using) if obj.strategy in WRAPPERS else None
+            ),
         }
         return TemplateResponse(request, "admin/django_sequences/sequence/status.html", context)
 

@@ -124,11 +124,13 @@ class SequenceManager(models.Manager["Sequence"]):
         exist; the rows ``name#0`` … ``name#N-1`` of a ``strict`` sequence with
         ``options["shards"] = N`` (unless its template restarts per period: those rows are
         ``name:<stamp>#i``, made on first use); the tables of an ``autoincrement`` sequence
-        (``create_tables``). An existing definition is left as it is, and what is made for it
-        follows the stored definition, not the declaration. Running it again makes nothing.
+        (``create_tables``); the inner definitions (and rows) of a ``failover`` or
+        ``memory_bits`` sequence on each partition's database alias. An existing definition is
+        left as it is, and what is made for it follows the stored definition, not the
+        declaration. Running it again makes nothing.
         """
         from .conf import app_settings, sequence_defaults
-        from .strategies import validate
+        from .strategies import strategy_for, validate
 
         declared: dict[str, Any] = app_settings.SEQUENCES
         wanted = list(declared) if names is None else list(names)
@@ -159,7 +161,8 @@ class SequenceManager(models.Manager["Sequence"]):
                 from .sources.autoincrement import create_tables
 
                 tables = create_tables(spec, alias, dry_run=dry_run)
-            done.append(Provisioned(name, created, tuple(rows), tuple(tables)))
+            inner = strategy_for(spec).provision(spec, alias, dry_run=dry_run)
+            done.append(Provisioned(name, created, tuple(rows), tuple(tables), tuple(inner)))
         return done
 
     def define(
@@ -260,6 +263,8 @@ class Provisioned:
     rows: tuple[str, ...] = ()
     #: auto-increment tables created, as ``alias.table``
     tables: tuple[str, ...] = ()
+    #: inner definitions of a failover or memory_bits sequence created, as ``alias:name``
+    inner: tuple[str, ...] = ()
 
 
 def shard_keys(spec: SequenceSpec) -> list[str]:

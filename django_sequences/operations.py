@@ -10,11 +10,16 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .core.base import SequenceSpec
 
 #: Strategies whose values do not come from their counter rows: their rows are never leased,
 #: so they have no current value nor values remaining before ``max_value``.
-ROWLESS_STRATEGIES = frozenset({"snowflake", "timestamp", "autoincrement"})
+ROWLESS_STRATEGIES = frozenset(
+    {"snowflake", "timestamp", "autoincrement", "failover", "memory_bits"}
+)
 
 #: The window the rate is averaged over, in minutes.
 RATE_MINUTES = 5
@@ -45,13 +50,17 @@ class SequenceOverview:
     leases: int
     #: hosts holding them, sorted
     hosts: tuple[str, ...] = field(default=())
-    #: health of failover partitions; None: the sequence has none (not built yet)
+    #: the inner stores of a wrapper (failover partitions, memory_bits' inner), probed now, as
+    #: one line (``#0 default up 1200; #1 other DOWN``); None for other strategies
     partitions: str | None = None
+    #: the same, one dict a partition (:func:`partition_health`)
+    partition_details: tuple[dict[str, Any], ...] = field(default=())
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``hosts`` as a list)."""
         d = asdict(self)
         d["hosts"] = list(self.hosts)
+        d["partition_details"] = list(self.partition_details)
         return d
 
 
@@ -115,6 +124,7 @@ def overview(
             last = d.min_value - 1 if current is None else current
             remaining = max(d.max_value - last, 0)
         hosts = holders.get(name, [])
+        health = partition_health(d.spec(), alias) if d.strategy in WRAPPERS else []
         out.append(
             SequenceOverview(
                 name=name,
@@ -129,9 +139,99 @@ def overview(
                 rate=None if rate_of is None else rate_of(name),
                 leases=len(hosts),
                 hosts=tuple(sorted(set(hosts))),
+                partitions=_health_line(health) if health else None,
+                partition_details=tuple(health),
             )
         )
     return out
+
+
+#: Strategies whose values come from inner definitions on stores of their own.
+WRAPPERS = frozenset({"failover", "memory_bits"})
+
+
+def partition_health(spec: SequenceSpec, alias: str) -> list[dict[str, Any]]:
+    """The inner stores of wrapper ``spec`` (failover partitions; memory_bits' inner), each
+    probed now: its inner definition's counter row read on its own database alias (and, for a
+    Redis partition, a PING of its Redis). Plus, when this process has built the sequence,
+    what its generator knows (``state``: up / down / exhausted, ``failures``, ``timeouts``).
+
+    One dict a partition: ``index``, ``name`` (the inner definition), ``alias``, ``store``,
+    ``strategy``, ``reachable``, ``error``, ``current`` (the row's last leased value: None
+    before its first lease), ``remaining`` (before its max_value), and ``state`` etc. when known.
+    """
+    from . import registry
+    from .exceptions import SequenceError
+    from .strategies import strategy_for
+    from .wrappers import label
+
+    try:
+        inners = strategy_for(spec).inners(spec, alias)  # type: ignore[attr-defined]
+    except SequenceError as exc:
+        return [{"index": None, "reachable": False, "error": str(exc)}]
+    known: list[dict[str, Any]] = []
+    if (alias, spec.name) in registry.loaded() or (None, spec.name) in registry.loaded():
+        gen = registry.get(spec.name, None if (None, spec.name) in registry.loaded() else alias)
+        inner_gen = getattr(gen, "inner", gen)
+        if hasattr(inner_gen, "partitions"):
+            known = inner_gen.partitions()
+    out = []
+    for i, (inner, where, _strategy) in enumerate(inners):
+        d: dict[str, Any] = {
+            "index": i,
+            "name": inner.name,
+            "alias": where,
+            "store": label(inner, where),
+            "strategy": inner.strategy,
+            "reachable": True,
+            "error": None,
+            "current": None,
+            "remaining": None,
+        }
+        try:
+            _probe(inner, where, d)
+        except Exception as exc:  # any failure of a store is what this reports
+            d["reachable"] = False
+            d["error"] = f"{type(exc).__name__}: {exc}"
+        if i < len(known):
+            for key in ("state", "failures", "timeouts", "outages", "issued", "retry_in"):
+                d[key] = known[i][key]
+            if known[i]["last_error"] and not d["error"]:
+                d["error"] = known[i]["last_error"]
+        out.append(d)
+    return out
+
+
+def _probe(inner: SequenceSpec, alias: str, d: dict[str, Any]) -> None:
+    from .managers import _on_private, _select
+    from .models import Segment
+
+    found = _on_private(
+        alias,
+        inner.name,
+        lambda w: _select(
+            w, Segment.objects.filter(key=inner.name).values_list("value", "min_value", "max_value")
+        ),
+    )
+    if found:
+        value, lo, hi = found[0]
+        d["current"] = value if value >= lo else None
+        d["remaining"] = None if inner.cycle else max(hi - max(value, lo - 1), 0)
+    if inner.strategy in ("redis", "redis_segment"):
+        from .sources.redisconn import client, resolve_alias
+
+        client(resolve_alias(inner.options.get("redis_alias"))).ping()
+
+
+def _health_line(health: list[dict[str, Any]]) -> str:
+    parts = []
+    for d in health:
+        state = d.get("state") or ("up" if d["reachable"] else "DOWN")
+        if not d["reachable"] and state == "up":
+            state = "DOWN"  # this process has not seen it fail yet; the probe has
+        shown = "" if d.get("current") is None else f" {d['current']}"
+        parts.append(f"#{d['index']} {d.get('store', '?')} {state}{shown}")
+    return "; ".join(parts)
 
 
 def _rate_function(alias: str) -> Callable[[str], float] | None:

@@ -64,19 +64,19 @@ def inner_spec(
     )
 
 
-def _check_inner(outer: SequenceSpec, inner: SequenceSpec, where: str, refused: str) -> Strategy:
+def _check_inner(outer: SequenceSpec, inner: SequenceSpec, where: str, other_wrapper: str) -> Strategy:
     from .core.validation import check_name
     from .exceptions import InvalidName
 
-    if inner.strategy not in INNER and inner.strategy != refused:
-        allowed = ", ".join(repr(s) for s in (*INNER, refused) if s != outer.strategy)
-        raise InvalidDefinition(
-            f"Sequence {outer.name!r}: {where} strategy {inner.strategy!r} cannot be wrapped "
-            f"(its values are not plain counters within bounds); use one of {allowed}."
-        )
     if inner.strategy == outer.strategy:
         raise InvalidDefinition(
             f"Sequence {outer.name!r}: a {outer.strategy!r} definition cannot wrap another."
+        )
+    if inner.strategy not in INNER and inner.strategy != other_wrapper:
+        allowed = ", ".join(repr(s) for s in (*INNER, other_wrapper) if s != outer.strategy)
+        raise InvalidDefinition(
+            f"Sequence {outer.name!r}: {where} strategy {inner.strategy!r} cannot be wrapped "
+            f"(its values are not plain counters within bounds); use one of {allowed}."
         )
     if inner.strategy == "strict" and inner.options.get("gapless"):
         raise InvalidDefinition(

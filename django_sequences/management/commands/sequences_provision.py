@@ -1,5 +1,6 @@
 """``manage.py sequences_provision [NAME …]``: the issue's *provision*: create the sequences
-declared in ``DJANGO_SEQUENCES["SEQUENCES"]``, with their shard rows and auto-increment tables.
+declared in ``DJANGO_SEQUENCES["SEQUENCES"]``, with their shard rows, auto-increment tables and
+the inner definitions of failover and memory_bits sequences on their own database aliases.
 
 A thin wrapper over :meth:`Sequence.objects.provision_details
 <django_sequences.managers.SequenceManager.provision_details>`.
@@ -19,7 +20,8 @@ from ...models import Sequence
 class Command(BaseCommand):
     help = (
         "Create the sequences declared in DJANGO_SEQUENCES['SEQUENCES'] (all, or those named) "
-        "that do not exist yet, with their shard rows and auto-increment tables. Idempotent."
+        "that do not exist yet, with their shard rows, auto-increment tables and the inner "
+        "definitions of failover/memory_bits sequences on each alias. Idempotent."
     )
 
     CREATED = "created {name}"
@@ -28,6 +30,8 @@ class Command(BaseCommand):
     ROW_WOULD_CREATE = "would create row {key}"
     TABLE_CREATED = "created table {table}"
     TABLE_WOULD_CREATE = "would create table {table}"
+    INNER_CREATED = "created inner definition {inner}"
+    INNER_WOULD_CREATE = "would create inner definition {inner}"
     UP_TO_DATE = "{name}: up to date"
     NONE_DECLARED = "No sequences are declared in DJANGO_SEQUENCES['SEQUENCES']."
 
@@ -54,6 +58,7 @@ class Command(BaseCommand):
                         "created": p.created,
                         "rows": list(p.rows),
                         "tables": list(p.tables),
+                        "inner": list(p.inner),
                     }
                     for p in done
                 ],
@@ -75,5 +80,9 @@ class Command(BaseCommand):
                 self.stdout.write(
                     (self.TABLE_WOULD_CREATE if dry_run else self.TABLE_CREATED).format(table=table)
                 )
-            if not (p.created or p.rows or p.tables):
+            for inner in p.inner:
+                self.stdout.write(
+                    (self.INNER_WOULD_CREATE if dry_run else self.INNER_CREATED).format(inner=inner)
+                )
+            if not (p.created or p.rows or p.tables or p.inner):
                 self.stdout.write(self.UP_TO_DATE.format(name=p.name))
