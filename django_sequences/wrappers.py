@@ -64,7 +64,9 @@ def inner_spec(
     )
 
 
-def _check_inner(outer: SequenceSpec, inner: SequenceSpec, where: str, other_wrapper: str) -> Strategy:
+def _check_inner(
+    outer: SequenceSpec, inner: SequenceSpec, where: str, other_wrapper: str
+) -> Strategy:
     from .core.validation import check_name
     from .exceptions import InvalidName
 
