@@ -36,7 +36,7 @@ def define_all() -> None:
     Sequence.objects.filter(name__in=NAMES).delete()
     Sequence.objects.filter(name__startswith="bw.").delete()
     Segment.objects.filter(key__startswith="bw.").delete()
-    two = [{}, {}]
+    two: list[dict[str, str]] = [{}, {}]
     Sequence.objects.define("bw.segment", step=100_000)
     Sequence.objects.define(
         "bw.failover-seg", strategy="failover", step=100_000, options={"partitions": two}
