@@ -247,3 +247,17 @@ def test_partitions_on_two_database_servers() -> None:
     assert not Sequence.objects.using("other").filter(name="fo/p0").exists()
     assert Sequence.objects.using("default").filter(name="fo/p0").exists()
     assert connection.vendor != connections["other"].vendor
+
+
+@override_settings(
+    DJANGO_SEQUENCES={
+        "SEQUENCES": {
+            "fo": {"strategy": "failover", "options": {"partitions": [{}, {"alias": "nope"}]}}
+        }
+    }
+)
+def test_a_declared_failover_on_an_unknown_alias_fails_the_system_checks() -> None:
+    from django.core.checks import run_checks
+
+    found = [e for e in run_checks() if e.id == "django_sequences.E006"]
+    assert found and "'nope'" in found[0].msg and "DATABASES" in found[0].msg
