@@ -37,7 +37,7 @@ def test_defaults_pass() -> None:
         ({"WORKER_HEARTBEAT": 20}, ["django_sequences.E007"]),
         ({"PREFETCH_THRESHOLD": 0}, ["django_sequences.E004"]),
         ({"PREFETCH_THRESHOLD": 1.0}, ["django_sequences.E004"]),
-        ({"DATABASE": "other"}, ["django_sequences.E005"]),
+        ({"DATABASE": "nowhere"}, ["django_sequences.E005"]),
         ({"SEQUENCES": []}, ["django_sequences.E006"]),
         ({"SEQUENCES": {"a b": {}}}, ["django_sequences.E006"]),
         ({"SEQUENCES": {"x": {"step": 0}}}, ["django_sequences.E006"]),

@@ -141,7 +141,7 @@ def test_provision_makes_rows_shards_and_tables_once() -> None:
     assert again == {
         "dry_run": False,
         "sequences": [
-            {"name": n, "created": False, "rows": [], "tables": []}
+            {"name": n, "created": False, "rows": [], "tables": [], "inner": []}
             for n in ("cmd.plain", "cmd.sharded", "cmd.tables")
         ],
     }
@@ -164,7 +164,9 @@ def test_provision_json_and_missing_shard_rows_of_an_existing_definition() -> No
     dry = json.loads(run("sequences_provision", "cmd.sharded", "--dry-run", "--json"))
     assert dry == {
         "dry_run": True,
-        "sequences": [{"name": "cmd.sharded", "created": False, "rows": SHARD_KEYS, "tables": []}],
+        "sequences": [
+            {"name": "cmd.sharded", "created": False, "rows": SHARD_KEYS, "tables": [], "inner": []}
+        ],
     }
     assert not Segment.objects.filter(key__in=SHARD_KEYS).exists()
 
@@ -174,7 +176,7 @@ def test_provision_json_and_missing_shard_rows_of_an_existing_definition() -> No
     made = json.loads(run("sequences_provision", "cmd.sharded", "--json"))
     rest = [k for k in SHARD_KEYS if k != "cmd.sharded#1"]
     assert made["sequences"] == [
-        {"name": "cmd.sharded", "created": False, "rows": rest, "tables": []}
+        {"name": "cmd.sharded", "created": False, "rows": rest, "tables": [], "inner": []}
     ]
     assert Segment.objects.get(key="cmd.sharded#1").value == 41  # left as it was
     assert set(Segment.objects.filter(key__in=SHARD_KEYS).values_list("key", flat=True)) == set(
