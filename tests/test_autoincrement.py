@@ -108,6 +108,21 @@ def test_all_tables_failing_raises_backend_unavailable() -> None:
         next_value("wb")
 
 
+def test_when_every_table_waits_one_is_tried_again_within_a_second() -> None:
+    """Tables that all failed are not left alone for retry_after: once a second the one due
+    first is tried, so a database that came back is found at once."""
+    define(retry_after=300)
+    with pytest.raises(BackendUnavailable):
+        next_value("wb")
+    with pytest.raises(BackendUnavailable):
+        next_value("wb")  # within the second: nothing is tried
+    create()
+    time.sleep(1.05)
+    got = next_value("wb")
+    assert got >> 2 >= 1
+    assert [t["up"] for t in get_sequence("wb").status().details["tables"]].count(True) == 1
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

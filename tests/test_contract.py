@@ -84,7 +84,7 @@ CASES: dict[str, Case] = {
         teardown=_drop_ai_tables,
     ),
     "segment-adaptive": Case(
-        {"strategy": "segment", "step": 50, "options": {"max_step": 5000, "lease_seconds": 0.5}}
+        {"strategy": "segment", "step": 200, "options": {"max_step": 5000, "lease_seconds": 0.5}}
     ),
     "failover": Case(
         {
@@ -106,7 +106,7 @@ CASES: dict[str, Case] = {
         redis_prefix=True,
         uses_redis=True,
     ),
-    "memory_bits": Case({"strategy": "memory_bits", "step": 50, "options": {"bits": 3}}),
+    "memory_bits": Case({"strategy": "memory_bits", "step": 50, "options": {"bits": 5}}),
 }
 
 

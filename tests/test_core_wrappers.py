@@ -40,10 +40,13 @@ class Counter:
         self.delay = 0.0
         self.calls = 0
         self.lock = threading.Lock()
+        self.during: Any = None  # called in the middle of a call
 
     def take(self, count: int) -> range:
         self.calls += 1
         self.clock.advance(self.delay)
+        if self.during is not None:
+            self.during()
         if self.fail is not None:
             raise self.fail
         with self.lock:
@@ -150,6 +153,43 @@ def test_a_slow_call_still_returns_its_value() -> None:
     inners[0].delay = 1.0
     assert gen.next() == 1 << 1 | 0
     assert states(gen) == ["down", "up"]
+
+
+def test_a_call_in_flight_when_its_partition_was_taken_out_does_not_put_it_back() -> None:
+    gen, inners, clock = failover(2, timeout=0.2, timeout_count=3)
+    gen.next(), gen.next()  # both built and in
+
+    def another_thread_saw_it_fail() -> None:
+        inners[0].during = None
+        gen._failed(gen._parts[0], BackendUnavailable("down"), clock.monotonic())
+
+    inners[0].during = another_thread_saw_it_fail
+    inners[0].delay = 0.5  # this slow call started before the failure, ends after it
+    assert gen.next() & 1 == 0, "its value is still good"
+    assert states(gen) == ["down", "up"]
+    assert gen.status().details["partitions"][0]["outages"] == 1
+
+
+def test_the_timeout_rule_never_takes_out_the_last_partition_in() -> None:
+    gen, inners, _clock = failover(2, timeout=0.2, timeout_count=2)
+    inners[1].fail = BackendUnavailable("dead")
+    inners[0].delay = 0.3
+    got = [gen.next() for _ in range(10)]
+    assert len(set(got)) == 10 and all(v & 1 == 0 for v in got)
+    assert states(gen) == ["up", "down"], "slow beats BackendUnavailable"
+
+
+def test_one_caller_retries_a_partition_due_for_rescue_the_others_skip_it() -> None:
+    gen, inners, clock = failover(2, rescue_after=10)
+    inners[1].fail = BackendUnavailable("down")
+    gen.next(), gen.next()
+    clock.advance(10)
+    part = gen._parts[1]
+    assert gen._claim_retry(part) is True
+    assert gen._claim_retry(part) is False, "a second caller does not retry it too"
+    inners[1].fail = None
+    assert gen._call(part, 0) is not None
+    assert states(gen) == ["up", "up"]
 
 
 def test_an_exhausted_partition_is_skipped_for_good() -> None:

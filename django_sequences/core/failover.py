@@ -14,8 +14,12 @@ Health, per partition:
   is as bad as a dead one for a caller that waits on it);
 - an inner generator that reaches its ``max_value`` (:class:`SequenceExhausted`) is skipped for
   good;
-- once ``rescue_after`` has passed, the partition gets its turn again: a success puts it back,
-  a failure takes it out for another ``rescue_after``.
+- once ``rescue_after`` has passed, the first caller whose turn lands on the partition retries
+  it (the others go on skipping it until that retry has told): a success puts it back, a
+  failure takes it out for another ``rescue_after``. A call that was already in flight when
+  the partition was taken out neither puts it back nor counts toward its next outage;
+- the timeout rule never takes out the last partition that is in: slow beats
+  :class:`BackendUnavailable`.
 
 When no partition can be used, each one that is out (not exhausted) is tried once more as a
 last resort, at most every ``probe_interval`` seconds, so that stores which all blinked at once
@@ -51,7 +55,7 @@ from .base import IdGenerator, Status
 from .clock import SYSTEM_CLOCK, Clock
 
 #: Errors of the caller's making: raised as they are, never held against a partition.
-_CALLER_ERRORS = (InvalidCount, InvalidKey, InvalidName, TypeError)
+_CALLER_ERRORS = (InvalidCount, InvalidKey, InvalidName)
 
 
 class Partition:
@@ -67,6 +71,7 @@ class Partition:
 
     def reset(self) -> None:
         self.down_until = 0.0  # monotonic time before which the partition is out
+        self.down_since = 0.0  # monotonic time it was last taken out
         self.exhausted = False
         self.failures = 0  # calls that raised
         self.timeouts = 0  # slow calls
@@ -165,7 +170,9 @@ class FailoverGenerator:
             start = next(self._turn)
         for k in range(len(parts)):
             p = parts[(start + k) & mask]
-            if p.exhausted or p.down_until > monotonic():
+            if p.exhausted:
+                continue
+            if p.down_until and (p.down_until > monotonic() or not self._claim_retry(p)):
                 continue
             got = self._call(p, count)
             if got is not None:
@@ -197,6 +204,17 @@ class FailoverGenerator:
             return range(vs.start << b | i, ((vs.stop - 1) << b | i) + 1, 1 << b)
         return [x << b | i for x in vs]
 
+    def _claim_retry(self, p: Partition) -> bool:
+        """``p``'s rescue time has come: True for the one caller that retries it. The others
+        go on skipping it until the retry has told (its ``down_until`` moves on meanwhile), so
+        only that caller waits on a store that may still be down."""
+        with self._lock:
+            now = self._now()
+            if not p.down_until or p.down_until > now:
+                return not p.down_until  # rescued meanwhile: in; else another caller has it
+            p.down_until = now + self._rescue_after
+            return True
+
     def _failed(self, p: Partition, exc: Exception, t0: float) -> None:
         """A call to ``p`` raised ``exc``: take it out (for good when exhausted); bad input is
         raised as it is."""
@@ -210,12 +228,20 @@ class FailoverGenerator:
             p.failures += 1
             p.outages += 1
             p.last_try = t0
-            p.down_until = self._now() + self._rescue_after
+            p.down_since = self._now()
+            p.down_until = p.down_since + self._rescue_after
 
     def _after_success(self, p: Partition, t0: float, took: float) -> None:
         with self._lock:
+            if p.down_until and t0 < p.down_since:
+                # begun before the partition was taken out (in flight meanwhile): it says
+                # nothing about the store now, so it neither puts the partition back nor
+                # counts towards its next outage
+                if took > self._timeout:
+                    p.timeouts += 1
+                return
             p.last_try = t0
-            if p.down_until:  # rescued
+            if p.down_until:  # rescued: a call begun after it was taken out succeeded
                 p.down_until = 0.0
                 p.recent_timeouts.clear()
             if took <= self._timeout:
@@ -228,7 +254,12 @@ class FailoverGenerator:
                 recent.popleft()
             if len(recent) >= self._timeout_count:
                 recent.clear()
+                if not any(
+                    q is not p and not q.exhausted and q.down_until <= now for q in self._parts
+                ):
+                    return  # the only partition in: slow beats BackendUnavailable
                 p.outages += 1
+                p.down_since = now
                 p.down_until = now + self._rescue_after
                 p.last_error = (
                     f"{self._timeout_count} calls over {self._timeout * 1000:g} ms within "

@@ -126,8 +126,13 @@ def create_tables(spec: SequenceSpec, alias: str, *, dry_run: bool = False) -> l
     return made
 
 
+#: When every table waits for its retry, one is tried anyway at most this often (seconds).
+PROBE_INTERVAL = 1.0
+
+
 class AutoIncrementGenerator:
-    """Round robin over the tables; a failing table is skipped until its retry time.
+    """Round robin over the tables; a failing table is skipped until its retry time, except
+    that when all of them wait, the one due first is tried anyway once a second.
 
     ``_lock`` guards the round-robin position and the down-marks, never held during I/O.
     """
@@ -146,6 +151,7 @@ class AutoIncrementGenerator:
         self._down_until = [0.0] * len(tables)
         self._errors: list[str | None] = [None] * len(tables)
         self._issued = 0
+        self._last_probe = 0.0
 
     def _insert(self, index: int, count: int) -> list[int]:
         alias, table = self._tables[index]
@@ -155,13 +161,21 @@ class AutoIncrementGenerator:
     def _take(self, count: int) -> list[int]:
         n = len(self._tables)
         last_exc: BaseException | None = None
-        for _ in range(n):
+        for k in range(n + 1):
             now = time.monotonic()
             with self._lock:
-                index = self._pos
-                self._pos = (self._pos + 1) % n
-                if self._down_until[index] > now:
-                    continue
+                if k == n:
+                    # every table is waiting for its retry: try the one due first anyway, at
+                    # most once a second, so databases that came back early are found early
+                    if now - self._last_probe < PROBE_INTERVAL:
+                        break
+                    self._last_probe = now
+                    index = min(range(n), key=self._down_until.__getitem__)
+                else:
+                    index = self._pos
+                    self._pos = (self._pos + 1) % n
+                    if self._down_until[index] > now:
+                        continue
             try:
                 ids = self._insert(index, count)
             except DatabaseError as exc:

@@ -15,7 +15,10 @@ pool reconnects) when the call is safe to repeat.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,10 +31,43 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
+#: What the first Redis call of a process imports, all at once under one lock. redis-py imports
+#: some of its modules lazily, on first use; several threads making their first call at once
+#: then raced on them ("cannot import name … from partially initialized module
+#: 'redis.client'", "deadlock detected by _ModuleLock('redis.auth.token')"), seen in the soak.
+_MODULES = (
+    "redis",
+    "redis.exceptions",
+    "redis.connection",
+    "redis.client",
+    "redis.commands",
+    "redis.auth.token",
+    "django_redis",
+    "django_redis.client",
+    "django_redis.pool",
+)
+_import_lock = threading.Lock()
+_imported = False
+
+
+def import_redis() -> None:
+    """Import redis-py and django-redis in full, once per process, one thread at a time."""
+    global _imported
+    if _imported:
+        return
+    with _import_lock:
+        if not _imported:
+            for name in _MODULES:
+                with contextlib.suppress(ImportError):  # older releases lack some of them
+                    importlib.import_module(name)
+            _imported = True
+
+
 class _Errors:
     """redis-py's exception classes, imported on first use (redis-py is optional)."""
 
     def __init__(self) -> None:
+        import_redis()
         from redis import exceptions as rx
 
         self.dropped: tuple[type[Exception], ...] = (rx.ConnectionError, rx.TimeoutError)
@@ -68,6 +104,7 @@ def client(alias: str) -> Redis:
             f"Redis alias {alias!r} is not a key of CACHES; set DJANGO_SEQUENCES['REDIS_ALIAS'] "
             f"or the sequence's options['redis_alias'] to a django-redis cache."
         )
+    import_redis()
     try:
         from django_redis import get_redis_connection
     except ImportError as exc:  # pragma: no cover - depends on the installation
