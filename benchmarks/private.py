@@ -188,7 +188,7 @@ class Private:
                 "--bind-address=127.0.0.1",
                 "--user=mysql",
                 f"--pid-file={self.my_data / 'pid'}",
-                f"--log-error={self.root / 'mariadb.err'}",
+                f"--log-error={self.my_data / 'error.log'}",
                 "--skip-log-bin",
                 "--innodb-flush-log-at-trx-commit=2",
                 "--max-connections=500",

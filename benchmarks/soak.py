@@ -265,6 +265,7 @@ def soak(args: argparse.Namespace) -> int:
     out = Path(args.out or f"/tmp/dsq-soak-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     srv = private.Private()
+    run: Run | None = None
     try:
         print(f"private servers under {srv.root}; values under {out}", flush=True)
         srv.setup()
@@ -300,6 +301,10 @@ def soak(args: argparse.Namespace) -> int:
         (out / "events.json").write_text(json.dumps(run.events, indent=1))
         connections.close_all()
     finally:
+        for p in run.procs.values() if run else []:  # on an error: no worker outlives the run
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
         srv.teardown()
     print(
         f"\nstarted {started}; {args.minutes:g} min, {args.processes} processes x "
