@@ -359,16 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         return child_main(args.child)
     from . import private
 
-    srv = private.Private()
+    srv, _env = private.start(args.db)
     try:
-        print(f"private servers under {srv.root}", file=sys.stderr, flush=True)
-        srv.setup()
-        env = private.settings_env(srv, args.db)
-        private.migrate(env)
-        os.environ.update(env)
-        import django
-
-        django.setup()
         labels = resolve_labels(args.strategies)
         cases = args.cases.split(",") if args.cases else [*DOWN_CASES, *RESTART_CASES, "kill"]
         f = Faults(srv, args.db, labels)

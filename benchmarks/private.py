@@ -161,23 +161,7 @@ class Private:
                 f"-p {port} -k {self.root / 'pg'} -c listen_addresses=127.0.0.1 -c fsync=off "
                 "-c max_connections=300"
             )
-            _run(
-                [
-                    "runuser",
-                    "-u",
-                    "postgres",
-                    "--",
-                    _pg_bin("pg_ctl"),
-                    "-D",
-                    str(self.pg_data),
-                    "-l",
-                    str(self.root / "pg" / "log"),
-                    "-w",
-                    "-o",
-                    opts,
-                    "start",
-                ]
-            )
+            _run(self._pg_ctl("-l", str(self.root / "pg" / "log"), "-w", "-o", opts, "start"))
         elif name == "mariadb":
             cmd = [
                 "/usr/sbin/mariadbd",
@@ -254,25 +238,23 @@ class Private:
             cmd = ["redis-cli", "-p", str(port), "ping"]
         return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
 
+    def _pg_ctl(self, *args: str) -> list[str]:
+        """``pg_ctl -D <data> ARGS…`` as user postgres (PostgreSQL refuses to run as root)."""
+        return [
+            "runuser",
+            "-u",
+            "postgres",
+            "--",
+            _pg_bin("pg_ctl"),
+            "-D",
+            str(self.pg_data),
+            *args,
+        ]
+
     def stop(self, name: str) -> None:
         """Kill the server as a crash would; returns once its port is closed."""
         if name == "postgresql":
-            _run(
-                [
-                    "runuser",
-                    "-u",
-                    "postgres",
-                    "--",
-                    _pg_bin("pg_ctl"),
-                    "-D",
-                    str(self.pg_data),
-                    "-m",
-                    "immediate",
-                    "-w",
-                    "stop",
-                ],
-                check=False,
-            )
+            _run(self._pg_ctl("-m", "immediate", "-w", "stop"), check=False)
         else:
             proc = self._procs.pop(name, None)
             if proc is not None and proc.poll() is None:
@@ -304,6 +286,26 @@ def settings_env(private: Private, db: str) -> dict[str, str]:
     env["SOAK_DB"] = db
     env["DJANGO_SETTINGS_MODULE"] = "benchmarks.soak_settings"
     return env
+
+
+def start(db: str, note: str = "") -> tuple[Private, dict[str, str]]:
+    """Make the private servers, migrate them, point this process's Django at them (``db``
+    being ``default``) and set Django up; the servers and the environment the workers need.
+    The caller removes them (``teardown()``) when done, this function when it fails."""
+    srv = Private()
+    try:
+        print(f"private servers under {srv.root}{note}", file=sys.stderr, flush=True)
+        srv.setup()
+        env = settings_env(srv, db)
+        migrate(env)
+        os.environ.update(env)
+        import django
+
+        django.setup()
+    except BaseException:
+        srv.teardown()
+        raise
+    return srv, env
 
 
 def migrate(env: dict[str, str]) -> None:

@@ -264,17 +264,9 @@ def soak(args: argparse.Namespace) -> int:
 
     out = Path(args.out or f"/tmp/dsq-soak-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    srv = private.Private()
+    srv, env = private.start(args.db, f"; values under {out}")
     run: Run | None = None
     try:
-        print(f"private servers under {srv.root}; values under {out}", flush=True)
-        srv.setup()
-        env = private.settings_env(srv, args.db)
-        private.migrate(env)
-        os.environ.update(env)
-        import django
-
-        django.setup()
         labels = resolve_labels(args.strategies)
         define(labels)
         from django.db import connections

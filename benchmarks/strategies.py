@@ -249,17 +249,20 @@ def _vendor() -> str:
     return connection.vendor
 
 
+def print_rows(title: str, rows: list[Row]) -> None:
+    from .cli import print_table
+
+    print_table(
+        title, ("what", "values/s", "notes"), [(r.what, f"{r.rate:,.0f}", r.notes) for r in rows]
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    from .cli import print_table, setup
+    from .cli import setup
 
     args = setup("python -m benchmarks.strategies", __doc__, argv)
     define_all()
-    rows = run(args.quick)
-    print_table(
-        f"Strategies on {args.db}",
-        ("what", "values/s", "notes"),
-        [(row.what, f"{row.rate:,.0f}", row.notes) for row in rows],
-    )
+    print_rows(f"Strategies on {args.db}", run(args.quick))
     from django_sequences.sources import workers
 
     workers.shutdown()

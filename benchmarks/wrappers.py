@@ -16,7 +16,7 @@ database). One thread. Rows:
 
 from __future__ import annotations
 
-from .strategies import Row, alternating, interleaved_count, per_count
+from .strategies import Row, alternating, interleaved_count, per_count, print_rows
 
 WINDOW_S = 1.0
 NAMES = (
@@ -122,16 +122,11 @@ def run(quick: bool) -> list[Row]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import print_table, setup
+    from .cli import setup
 
     args = setup("python -m benchmarks.wrappers", __doc__, argv)
     define_all()
-    rows = run(args.quick)
-    print_table(
-        f"Wrappers and adaptive sizing on {args.db}",
-        ("what", "values/s", "notes"),
-        [(row.what, f"{row.rate:,.0f}", row.notes) for row in rows],
-    )
+    print_rows(f"Wrappers and adaptive sizing on {args.db}", run(args.quick))
     return 0
 
 

@@ -52,6 +52,30 @@ DB = os.environ.get("DB", "sqlite")
 # A suffix keeps concurrent runs (tox environments) off each other's test databases.
 _SUFFIX = os.environ.get("DJANGO_SEQUENCES_TEST_SUFFIX", "")
 
+
+def _server(engine: str, test_name: str) -> dict[str, Any]:
+    """The local PostgreSQL or MariaDB server (``engine`` "postgresql" or "mysql")."""
+    if engine == "postgresql":
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "test",
+            "USER": "postgres",
+            "HOST": "127.0.0.1",
+            "PORT": 5432,
+            "TEST": {"NAME": test_name},
+        }
+    return {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": "test",
+        "USER": "root",
+        "PASSWORD": "",
+        "HOST": "127.0.0.1",
+        "PORT": 3306,
+        "OPTIONS": {"charset": "utf8mb4"},
+        "TEST": {"NAME": test_name, "CHARSET": "utf8mb4"},
+    }
+
+
 DATABASES: dict[str, dict[str, Any]]
 if DB == "sqlite":
     DATABASES = {
@@ -63,57 +87,18 @@ if DB == "sqlite":
             "OPTIONS": {"timeout": 30},
         }
     }
-elif DB == "postgresql":
+elif DB in ("postgresql", "mysql"):
+    # alias "other" is the other server (PostgreSQL <-> MariaDB): the failover tests put
+    # partitions on both and stop one of them
     DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": "test",
-            "USER": "postgres",
-            "HOST": "127.0.0.1",
-            "PORT": 5432,
-            "TEST": {"NAME": f"test_django_sequences{_SUFFIX}"},
-        }
-    }
-elif DB == "mysql":
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.mysql",
-            "NAME": "test",
-            "USER": "root",
-            "PASSWORD": "",
-            "HOST": "127.0.0.1",
-            "PORT": 3306,
-            "OPTIONS": {"charset": "utf8mb4"},
-            "TEST": {"NAME": f"test_django_sequences{_SUFFIX}", "CHARSET": "utf8mb4"},
-        }
+        "default": _server(DB, f"test_django_sequences{_SUFFIX}"),
+        "other": _server(
+            "mysql" if DB == "postgresql" else "postgresql",
+            f"test_django_sequences_other{_SUFFIX}",
+        ),
     }
 else:
     raise RuntimeError(f"DB must be sqlite, postgresql or mysql; got {DB!r}")
-
-# On a server database, alias "other" is the other server (PostgreSQL <-> MariaDB): the
-# failover tests put partitions on both and stop one of them.
-_OTHER: dict[str, dict[str, Any]] = {
-    "mysql": {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": "test",
-        "USER": "postgres",
-        "HOST": "127.0.0.1",
-        "PORT": 5432,
-    },
-    "postgresql": {
-        "ENGINE": "django.db.backends.mysql",
-        "NAME": "test",
-        "USER": "root",
-        "PASSWORD": "",
-        "HOST": "127.0.0.1",
-        "PORT": 3306,
-        "OPTIONS": {"charset": "utf8mb4"},
-    },
-}
-if DB in _OTHER:
-    DATABASES["other"] = {**_OTHER[DB], "TEST": {"NAME": f"test_django_sequences_other{_SUFFIX}"}}
-    if DB == "postgresql":
-        DATABASES["other"]["TEST"]["CHARSET"] = "utf8mb4"
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 CACHES: dict[str, dict[str, Any]] = {

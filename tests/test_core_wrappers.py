@@ -22,7 +22,9 @@ from django_sequences.exceptions import (
 )
 
 from .leasetools import FakeClock
-from .test_core_segment import MemoryStore, wait_until
+from .test_core_segment import MemoryStore, prefetcher, wait_until
+
+__all__ = ["prefetcher"]  # the fixture, shared with test_core_segment
 
 
 class Counter:
@@ -298,13 +300,6 @@ def test_a_forked_child_starts_with_every_partition_in() -> None:
 
 
 # --- memory_bits -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def prefetcher():  # type: ignore[no-untyped-def]
-    p = Prefetcher()
-    yield p
-    p.stop()
 
 
 def test_one_inner_value_gives_two_to_the_n_values(prefetcher: Prefetcher) -> None:
