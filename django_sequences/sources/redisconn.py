@@ -45,6 +45,8 @@ _MODULES = (
     "django_redis",
     "django_redis.client",
     "django_redis.pool",
+    "django_redis.client.default",
+    "django_redis.cache",
 )
 _import_lock = threading.Lock()
 _imported = False
@@ -125,6 +127,7 @@ def make_key(alias: str, key: str) -> str:
     """``key`` with the cache's prefix and version, as the cache itself would store it."""
     from django.core.cache import caches
 
+    import_redis()  # (caches[alias] imports django-redis, and with it redis-py)
     return str(caches[alias].make_key(key))
 
 
