@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.db import connection
@@ -63,6 +63,28 @@ def assert_unique(values: list[int], expected: int) -> None:
     assert len(values) == expected
 
 
+def run_threads(work: Callable[[int], object], threads: int = 8) -> None:
+    """Run ``work(0)`` … ``work(threads - 1)`` on as many threads at once; re-raise the first
+    error a thread met (after all of them have ended)."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            work(k)
+        except BaseException as exc:
+            errors.append(exc)
+
+    started = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def issue_from_threads(
     name: str, *, per_thread: int, chunk: int = 10, batch_every: int = 10, threads: int = 8
 ) -> list[list[int]]:
@@ -70,28 +92,17 @@ def issue_from_threads(
     every ``batch_every``-th time one ``next_values(name, chunk)``, else ``chunk`` calls of
     ``next_value``. Returns each thread's values in the order it got them; re-raises the first
     error a thread met."""
-    import threading
-
     from django_sequences import next_value, next_values
 
     results: list[list[int]] = [[] for _ in range(threads)]
-    errors: list[BaseException] = []
 
-    def work(out: list[int]) -> None:
-        try:
-            for i in range(per_thread // chunk):
-                if i % batch_every == 0:
-                    out.extend(next_values(name, chunk))
-                else:
-                    out.extend(next_value(name) for _ in range(chunk))
-        except BaseException as exc:
-            errors.append(exc)
+    def work(k: int) -> None:
+        out = results[k]
+        for i in range(per_thread // chunk):
+            if i % batch_every == 0:
+                out.extend(next_values(name, chunk))
+            else:
+                out.extend(next_value(name) for _ in range(chunk))
 
-    started = [threading.Thread(target=work, args=(r,)) for r in results]
-    for t in started:
-        t.start()
-    for t in started:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_threads(work, threads)
     return results

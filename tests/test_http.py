@@ -30,6 +30,8 @@ from django_sequences.exceptions import (
 )
 from django_sequences.models import ApiToken, Sequence
 
+from .conftest import run_threads
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WAYBILL = "{ctx.area:3}-{ctx.unit:4}-{seq:05}"
@@ -567,7 +569,6 @@ def test_concurrent_clients_get_every_value_once() -> None:
     strict: list[int] = []
     segment: list[int] = []
     numbers: list[str] = []
-    errors: list[BaseException] = []
     lock = threading.Lock()
 
     def work(n: int) -> None:
@@ -588,8 +589,6 @@ def test_concurrent_clients_get_every_value_once() -> None:
                 r = post(client, "/ids/c.number/numbers", {"count": count})
                 assert r.status_code == 200, r.content
                 mine_numbers.extend(r.json()["numbers"])
-        except BaseException as exc:
-            errors.append(exc)
         finally:
             connections.close_all()
         with lock:
@@ -597,13 +596,7 @@ def test_concurrent_clients_get_every_value_once() -> None:
             segment.extend(mine_segment)
             numbers.extend(mine_numbers)
 
-    started = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
-    for t in started:
-        t.start()
-    for t in started:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_threads(work, threads)
     total = sum(1 + (n + i) % 3 for n in range(threads) for i in range(rounds))
     assert sorted(strict) == list(range(1, total + 1))
     assert sorted(int(n[1:]) for n in numbers) == list(range(1, total + 1))

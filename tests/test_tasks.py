@@ -45,6 +45,7 @@ from django_sequences.sources import workers as leases
 from django_sequences.sources.redis import RedisWindowStore
 
 from . import redisutil
+from .conftest import run_threads
 from .leasetools import FakeClock, unique_name
 from .workers import db_env
 
@@ -69,24 +70,15 @@ def at_once(fn: Callable[[], _T], threads: int = 8) -> list[_T]:
     Each thread closes its database connections when done."""
     barrier = threading.Barrier(threads)
     results: list[Any] = [None] * threads
-    errors: list[BaseException] = []
 
     def run(i: int) -> None:
         try:
             barrier.wait()
             results[i] = fn()
-        except BaseException as exc:
-            errors.append(exc)
         finally:
             connections.close_all()
 
-    started = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for t in started:
-        t.start()
-    for t in started:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_threads(run, threads)
     return results
 
 
