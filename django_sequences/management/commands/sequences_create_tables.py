@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from ...exceptions import SequenceError
 from ...models import Sequence
 from ...sources.autoincrement import create_tables
 from ...sources.connections import resolve_alias
+from ..base import SequenceCommand
 
 
-class Command(BaseCommand):
+class Command(SequenceCommand):
     help = "Create the auto-increment tables of sequences with strategy 'autoincrement'."
 
     CREATED = "created {table}"
@@ -20,12 +20,12 @@ class Command(BaseCommand):
     NOTHING = "{name}: every table exists"
     NOT_AUTOINCREMENT = "{name} has strategy {strategy!r}, not 'autoincrement'"
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("names", nargs="+", metavar="NAME")
-        parser.add_argument("--database", default=None, help="alias holding the definitions")
-        parser.add_argument("--dry-run", action="store_true", help="only say what would be made")
+    dry_run_help = "only say what would be made"
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def add_own_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("names", nargs="+", metavar="NAME")
+
+    def run(self, options: dict[str, Any]) -> None:
         alias = resolve_alias(options["database"])
         for name in options["names"]:
             spec = Sequence.objects.spec(name, using=alias)
@@ -33,10 +33,7 @@ class Command(BaseCommand):
                 raise CommandError(f"No sequence named {name!r}.")
             if spec.strategy != "autoincrement":
                 raise CommandError(self.NOT_AUTOINCREMENT.format(name=name, strategy=spec.strategy))
-            try:
-                made = create_tables(spec, alias, dry_run=options["dry_run"])
-            except SequenceError as exc:
-                raise CommandError(str(exc)) from exc
+            made = create_tables(spec, alias, dry_run=options["dry_run"])
             template = self.WOULD_CREATE if options["dry_run"] else self.CREATED
             for table in made:
                 self.stdout.write(template.format(table=table))

@@ -8,23 +8,22 @@ not an integer, or an integer of a templated sequence whose values have no parts
 
 from __future__ import annotations
 
-import json
 from datetime import date, datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...api import explain
-from ...exceptions import InvalidDefinition, SequenceError, SequenceNotFound
+from ...exceptions import InvalidDefinition, SequenceNotFound
 from ...models import Sequence
 from ...numbers import parse_number
-from ...operations import missing_hint
+from ..base import SequenceCommand
 
 
-class Command(BaseCommand):
+class Command(SequenceCommand):
     help = "Decode a value of a sequence (snowflake, timestamp …) or parse a templated number."
 
-    UNKNOWN = "No sequence named {name!r}. {hint}"
+    json_help = "print the parts as JSON"
     VALUE = "value {value} of {name}:"
     NUMBER = "number {number} of {name}:"
     PART = "  {part}: {value}"
@@ -32,44 +31,35 @@ class Command(BaseCommand):
         "{value!r} is not an integer, and sequence {name!r} has no template to read it as a number."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
+    def add_own_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", metavar="NAME")
         parser.add_argument("value", metavar="VALUE", help="a value, or a templated number")
-        parser.add_argument("--database", default=None, help="alias holding the definitions")
-        parser.add_argument("--json", action="store_true", help="print the parts as JSON")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def run(self, options: dict[str, Any]) -> None:
         name: str = options["name"]
         raw: str = options["value"]
         using: str | None = options["database"]
-        try:
-            spec = Sequence.objects.spec(name, using=using)
-            if spec is None:
-                raise SequenceNotFound(name, using=using)
-            value = _int(raw)
-            parts: dict[str, Any] | None = None
-            if value is not None:
-                try:
-                    parts = explain(name, value, using=using)
-                except InvalidDefinition:
-                    if not spec.template:
-                        raise  # plain counters: its message says so
-            if parts is None:
+        spec = Sequence.objects.spec(name, using=using)
+        if spec is None:
+            raise SequenceNotFound(name, using=using)
+        value = _int(raw)
+        parts: dict[str, Any] | None = None
+        if value is not None:
+            try:
+                parts = explain(name, value, using=using)
+            except InvalidDefinition:
                 if not spec.template:
-                    raise CommandError(self.NOT_A_VALUE.format(value=raw, name=name))
-                parts = parse_number(name, raw, using=using)
-                kind, head = "number", self.NUMBER.format(number=raw, name=name)
-            else:
-                kind, head = "value", self.VALUE.format(value=value, name=name)
-        except SequenceNotFound as exc:
-            raise CommandError(
-                self.UNKNOWN.format(name=name, hint=missing_hint(name, using))
-            ) from exc
-        except SequenceError as exc:
-            raise CommandError(str(exc)) from exc
+                    raise  # plain counters: its message says so
+        if parts is None:
+            if not spec.template:
+                raise CommandError(self.NOT_A_VALUE.format(value=raw, name=name))
+            parts = parse_number(name, raw, using=using)
+            kind, head = "number", self.NUMBER.format(number=raw, name=name)
+        else:
+            kind, head = "value", self.VALUE.format(value=value, name=name)
         if options["json"]:
             data = {"sequence": name, kind: value if kind == "value" else raw, "parts": parts}
-            self.stdout.write(json.dumps(data, indent=2, default=_json_default))
+            self.write_json(data, default=_json_default)
             return
         self.stdout.write(head)
         for part, got in parts.items():

@@ -8,16 +8,15 @@ A thin wrapper over :meth:`Sequence.objects.provision_details
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from ...exceptions import SequenceError
 from ...models import Sequence
+from ..base import SequenceCommand
 
 
-class Command(BaseCommand):
+class Command(SequenceCommand):
     help = (
         "Create the sequences declared in DJANGO_SEQUENCES['SEQUENCES'] (all, or those named) "
         "that do not exist yet, with their shard rows, auto-increment tables and the inner "
@@ -35,20 +34,17 @@ class Command(BaseCommand):
     UP_TO_DATE = "{name}: up to date"
     NONE_DECLARED = "No sequences are declared in DJANGO_SEQUENCES['SEQUENCES']."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("names", nargs="*", metavar="NAME", help="default: every declared one")
-        parser.add_argument("--database", default=None, help="alias holding the definitions")
-        parser.add_argument("--dry-run", action="store_true", help="only say what would be made")
-        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    dry_run_help = "only say what would be made"
+    json_help = "print the result as JSON"
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def add_own_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("names", nargs="*", metavar="NAME", help="default: every declared one")
+
+    def run(self, options: dict[str, Any]) -> None:
         dry_run: bool = options["dry_run"]
-        try:
-            done = Sequence.objects.provision_details(
-                options["names"] or None, using=options["database"], dry_run=dry_run
-            )
-        except SequenceError as exc:
-            raise CommandError(str(exc)) from exc
+        done = Sequence.objects.provision_details(
+            options["names"] or None, using=options["database"], dry_run=dry_run
+        )
         if options["json"]:
             data = {
                 "dry_run": dry_run,
@@ -63,7 +59,7 @@ class Command(BaseCommand):
                     for p in done
                 ],
             }
-            self.stdout.write(json.dumps(data, indent=2))
+            self.write_json(data)
             return
         if not done:
             self.stdout.write(self.NONE_DECLARED)

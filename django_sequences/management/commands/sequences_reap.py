@@ -7,40 +7,36 @@ Redis expire by themselves).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from ...exceptions import SequenceError
 from ...models import WorkerLease
+from ..base import SequenceCommand
 
 
-class Command(BaseCommand):
+class Command(SequenceCommand):
     help = "Release the worker-id leases (snowflake, timestamp) whose time has run out."
 
     RELEASED = "released {namespace}#{worker_id} (held by {holder}, expired {expires_at})"
     WOULD_RELEASE = "would release {namespace}#{worker_id} (held by {holder}, expired {expires_at})"
     NOTHING = "No expired worker leases."
+    database_help = "alias holding the leases"
+    dry_run_help = "only say what would go"
+    json_help = "print the leases as JSON"
 
-    def add_arguments(self, parser: CommandParser) -> None:
+    def add_own_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--namespace", default=None, help="only this namespace (sequence)")
-        parser.add_argument("--database", default=None, help="alias holding the leases")
-        parser.add_argument("--dry-run", action="store_true", help="only say what would go")
-        parser.add_argument("--json", action="store_true", help="print the leases as JSON")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def run(self, options: dict[str, Any]) -> None:
         dry_run: bool = options["dry_run"]
-        try:
-            reaped = WorkerLease.objects.reap(
-                namespace=options["namespace"], dry_run=dry_run, using=options["database"]
-            )
-        except SequenceError as exc:
-            raise CommandError(str(exc)) from exc
+        reaped = WorkerLease.objects.reap(
+            namespace=options["namespace"], dry_run=dry_run, using=options["database"]
+        )
         if options["json"]:
             leases = [{**asdict(r), "expires_at": r.expires_at.isoformat()} for r in reaped]
-            self.stdout.write(json.dumps({"dry_run": dry_run, "leases": leases}, indent=2))
+            self.write_json({"dry_run": dry_run, "leases": leases})
             return
         if not reaped:
             self.stdout.write(self.NOTHING)

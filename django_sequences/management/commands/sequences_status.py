@@ -6,22 +6,15 @@ nothing and takes no worker id).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from ...exceptions import SequenceError, SequenceNotFound
-from ...operations import (
-    RATE_MINUTES,
-    ROWLESS_STRATEGIES,
-    SequenceOverview,
-    missing_hint,
-    overview,
-)
+from ...operations import RATE_MINUTES, ROWLESS_STRATEGIES, SequenceOverview, overview
+from ..base import SequenceCommand
 
 
-class Command(BaseCommand):
+class Command(SequenceCommand):
     help = (
         "Show every sequence (or those named): strategy, current value, values remaining, "
         f"rate per minute over the last {RATE_MINUTES} minutes, worker-lease holders, "
@@ -29,29 +22,19 @@ class Command(BaseCommand):
     )
 
     COLUMNS = ("name", "strategy", "current", "remaining", "rate/min", "leases", "partitions")
-    UNKNOWN = "No sequence named {name!r}. {hint}"
+    json_help = "print the table as JSON"
     NO_SEQUENCES = "No sequences yet."
     NOTHING = "-"
     CYCLES = "cycles"
     HOLDERS = "{count} ({hosts})"
 
-    def add_arguments(self, parser: CommandParser) -> None:
+    def add_own_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("names", nargs="*", metavar="NAME", help="default: every sequence")
-        parser.add_argument("--database", default=None, help="alias holding the definitions")
-        parser.add_argument("--json", action="store_true", help="print the table as JSON")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        using: str | None = options["database"]
-        try:
-            found = overview(options["names"] or None, using=using)
-        except SequenceNotFound as exc:
-            raise CommandError(
-                self.UNKNOWN.format(name=exc.name, hint=missing_hint(exc.name, using))
-            ) from exc
-        except SequenceError as exc:
-            raise CommandError(str(exc)) from exc
+    def run(self, options: dict[str, Any]) -> None:
+        found = overview(options["names"] or None, using=options["database"])
         if options["json"]:
-            self.stdout.write(json.dumps([o.as_dict() for o in found], indent=2))
+            self.write_json([o.as_dict() for o in found])
             return
         if not found:
             self.stdout.write(self.NO_SEQUENCES)

@@ -3,20 +3,20 @@ HTTP API (docs/http.md) and print it, the one time it can be seen."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...core.validation import check_name
 from ...exceptions import InvalidName
 from ...models import ApiToken, Sequence
+from ..base import SequenceCommand
 
 #: ``ApiToken.name``'s max_length.
 NAME_LENGTH = 100
 
 
-class Command(BaseCommand):
+class Command(SequenceCommand):
     help = (
         "Make a bearer token of the JSON HTTP API allowed to use the given sequences, and print "
         "it. Only its SHA-256 is stored: copy it now, it cannot be shown again."
@@ -30,8 +30,10 @@ class Command(BaseCommand):
     NO_SEQUENCES = "--sequences names no sequence; give names separated by commas, or '*' for all"
     BAD_NAME = "--sequences: {error}"
     BAD_TOKEN_NAME = "NAME must be 1 to {limit} characters; got {length}"
+    database_help = None
+    json_help = "print one JSON object (id, name, prefix, sequences, token) instead"
 
-    def add_arguments(self, parser: CommandParser) -> None:
+    def add_own_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", metavar="NAME", help="who or what uses the token")
         parser.add_argument(
             "--sequences",
@@ -39,13 +41,8 @@ class Command(BaseCommand):
             metavar="SEQ,...",
             help="the sequences the token may use, separated by commas; '*' for all",
         )
-        parser.add_argument(
-            "--json",
-            action="store_true",
-            help="print one JSON object (id, name, prefix, sequences, token) instead",
-        )
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def run(self, options: dict[str, Any]) -> None:
         name = options["name"].strip()
         if not 1 <= len(name) <= NAME_LENGTH:
             raise CommandError(self.BAD_TOKEN_NAME.format(limit=NAME_LENGTH, length=len(name)))
@@ -66,17 +63,14 @@ class Command(BaseCommand):
             if seq != "*" and seq not in known:
                 self.stderr.write(self.NOT_DEFINED.format(name=seq))
         if options["json"]:
-            self.stdout.write(
-                json.dumps(
-                    {
-                        "id": row.pk,
-                        "name": row.name,
-                        "prefix": row.prefix,
-                        "sequences": row.sequences,
-                        "token": token,
-                    }
-                )
-            )
+            data = {
+                "id": row.pk,
+                "name": row.name,
+                "prefix": row.prefix,
+                "sequences": row.sequences,
+                "token": token,
+            }
+            self.write_json(data)
             return
         # the token alone on stdout (TOKEN=$(manage.py sequences_token ...)); the rest to stderr
         self.stdout.write(token)
