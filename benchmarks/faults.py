@@ -106,10 +106,10 @@ def _bits(label: str) -> int:
 def _reset() -> None:
     from django.db import connections
 
-    import django_sequences
+    from django_sequences import registry
     from django_sequences.sources.connections import close_all
 
-    django_sequences.registry.reset()
+    registry.reset()
     close_all()
     connections.close_all()
 
@@ -362,7 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     srv, _env = private.start(args.db)
     try:
         labels = resolve_labels(args.strategies)
-        cases = args.cases.split(",") if args.cases else [*DOWN_CASES, *RESTART_CASES, "kill"]
+        known = [*DOWN_CASES, *RESTART_CASES, "kill"]
+        cases = args.cases.split(",") if args.cases else known
+        unknown = [c for c in cases if c not in known]
+        if unknown:
+            raise SystemExit(f"faults: unknown case(s) {unknown}; known: {', '.join(known)}")
         f = Faults(srv, args.db, labels)
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         print(f"python -m benchmarks.faults {' '.join(argv or sys.argv[1:])}: {started}")

@@ -178,13 +178,7 @@ class Private:
                 "--max-connections=500",
                 "--innodb-buffer-pool-size=128M",
             ]
-            self._procs[name] = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            self._spawn(name, cmd)
         elif name == "redis":
             cmd = [
                 "redis-server",
@@ -205,13 +199,7 @@ class Private:
                 "--maxclients",
                 "2000",
             ]
-            self._procs[name] = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            self._spawn(name, cmd)
         else:
             raise ValueError(name)
         self.wait_up(name)
@@ -237,6 +225,16 @@ class Private:
         else:
             cmd = ["redis-cli", "-p", str(port), "ping"]
         return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+
+    def _spawn(self, name: str, cmd: list[str]) -> None:
+        """Run server ``name`` in the foreground of a process of its own session."""
+        self._procs[name] = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def _pg_ctl(self, *args: str) -> list[str]:
         """``pg_ctl -D <data> ARGS…`` as user postgres (PostgreSQL refuses to run as root)."""

@@ -21,6 +21,7 @@ from django_sequences.exceptions import (
     SequenceExhausted,
 )
 
+from .conftest import run_threads
 from .leasetools import FakeClock
 from .test_core_segment import MemoryStore, prefetcher, wait_until
 
@@ -273,11 +274,7 @@ def test_threads_get_every_value_once_while_partitions_fail_and_recover() -> Non
                 inners[j // 500 % 4].fail = BackendUnavailable("blink") if j % 1000 else None
             seen[k].append(gen.next())
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 8)
     every = [v for vs in seen for v in vs]
     assert len(every) == 40_000 and len(set(every)) == 40_000
 
@@ -357,14 +354,7 @@ def test_memory_bits_threads_and_a_fork_get_distinct_values(prefetcher: Prefetch
     child = [int(x) for x in os.read(r, 10_000).decode().split(",")]
     os.waitpid(pid, 0)
     seen: list[list[int]] = [[] for _ in range(8)]
-    threads = [
-        threading.Thread(target=lambda k=k: seen[k].extend(gen.next() for _ in range(3000)))
-        for k in range(8)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(lambda k: seen[k].extend(gen.next() for _ in range(3000)), 8)
     mine = [v for vs in seen for v in vs]
     assert len(set(mine)) == 24_000
     # the child's inner counter is a copy in this in-memory test, so what is checked is that it
