@@ -222,22 +222,72 @@ class RateStats(BasePlugin):
 
     order = -1000  # counts only what was issued; runs first in after_issue
 
-    def __init__(self, *, minutes: int = 180) -> None:
+    def __init__(self, *, minutes: int = 180, flush_every: float | None = None) -> None:
         if not isinstance(minutes, int) or minutes < 2:
             raise TypeError("RateStats(minutes=...) takes an int of at least 2")
+        if flush_every is not None and (
+            isinstance(flush_every, bool)
+            or not isinstance(flush_every, int | float)
+            or flush_every <= 0
+        ):
+            raise TypeError("RateStats(flush_every=...) takes seconds > 0, or None")
         self.minutes = minutes
+        self.flush_every = flush_every
         self._lock = threading.Lock()
         self._series: dict[tuple[str | None, str], collections.deque[list[int]]] = {}
+        self._flusher: threading.Thread | None = None
+        self._stop = threading.Event()
         forking.register(self)
 
     def _after_fork_in_child(self) -> None:
         # a child counts what it issues itself, never its parent's counts (they would be
-        # flushed twice, under two pids)
+        # flushed twice, under two pids); the parent's flusher thread did not come along
         self._lock = threading.Lock()
         self._series = {}
+        self._flusher = None
+        self._stop = threading.Event()
 
     def after_issue(self, event: IssueEvent) -> None:
         self.record(event.name, event.using, event.count)
+        if self.flush_every is not None and self._flusher is None:
+            self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        """With ``flush_every``: a daemon thread of this process writes its counts to
+        ``IssueStat`` (``stats.flush_rate_stats``) every ``flush_every`` seconds, started on
+        the first value issued (never at import), again in a forked child."""
+        with self._lock:
+            if self._flusher is not None:
+                return
+            t = threading.Thread(
+                target=self._flush_loop, name="django-sequences-stats", daemon=True
+            )
+            self._flusher = t
+        t.start()
+
+    def _flush_loop(self) -> None:
+        from django.db import connections
+
+        from .stats import flush_rate_stats
+
+        assert self.flush_every is not None
+        stop = self._stop
+        while not stop.wait(self.flush_every):
+            try:
+                flush_rate_stats()
+            except Exception:  # a database down now: the counts are kept, flushed next time
+                log.warning("flushing the rate statistics failed", exc_info=True)
+            finally:
+                connections.close_all()  # this thread's own connections
+
+    def stop_flushing(self, timeout: float = 5.0) -> None:
+        """Stop the flusher thread (tests, shutdown); a later value starts it again."""
+        t = self._flusher
+        self._stop.set()
+        if t is not None:
+            t.join(timeout)
+        self._flusher = None
+        self._stop = threading.Event()
 
     def record(self, name: str, using: str | None, count: int, now: float | None = None) -> None:
         minute = int((time.time() if now is None else now) // 60)

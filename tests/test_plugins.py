@@ -220,3 +220,38 @@ def test_rate_stats_in_a_forked_child_start_from_nothing() -> None:
     os.waitpid(pid, 0)
     assert child_total == 2
     assert sum(c for _t, c in stats.series("s")) == 7
+
+
+def test_rate_stats_flush_every_writes_this_process_counts_by_itself() -> None:
+    """With flush_every, a thread of the process writes its counts to IssueStat: the chart
+    sees every process, not only the one that runs the Celery task."""
+    import time
+
+    from django_sequences.models import IssueStat
+    from django_sequences.plugins import RateStats, active
+    from django_sequences.stats import process_source
+
+    Sequence.objects.define("flushed", step=100)
+    entry = {"path": "django_sequences.plugins.RateStats", "options": {"flush_every": 0.1}}
+    with plugins(entry):
+        (stats,) = active(RateStats)
+        try:
+            for _ in range(25):
+                next_value("flushed")
+            mine = IssueStat.objects.filter(sequence="flushed", source=process_source())
+            deadline = time.monotonic() + 10
+            while sum(mine.values_list("count", flat=True)) != 25:
+                assert time.monotonic() < deadline, list(mine.values_list("minute", "count"))
+                time.sleep(0.05)
+            assert stats._flusher is not None and stats._flusher.daemon
+        finally:
+            stats.stop_flushing()
+        assert stats._flusher is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, "60", True])
+def test_rate_stats_flush_every_must_be_seconds(bad: object) -> None:
+    from django_sequences.plugins import RateStats
+
+    with pytest.raises(TypeError, match="flush_every"):
+        RateStats(flush_every=bad)  # type: ignore[arg-type]
