@@ -165,6 +165,21 @@ class SequenceManager(models.Manager["Sequence"]):
             done.append(Provisioned(name, created, tuple(rows), tuple(tables), tuple(inner)))
         return done
 
+    def provision_inner(
+        self, name: str, *, using: str | None = None, dry_run: bool = False
+    ) -> list[str]:
+        """Make the inner definitions (and rows) of ``failover`` or ``memory_bits`` sequence
+        ``name`` on each of its aliases, for a sequence defined in code rather than declared
+        (declared ones get them from :meth:`provision`); ``alias:name`` of each one made, or
+        that a dry run would make. Idempotent; other strategies need none."""
+        from .strategies import validate
+
+        alias = resolve_alias(using)
+        spec = self.spec(name, using=alias)
+        if spec is None:
+            raise SequenceNotFound(name, using=using)
+        return validate(spec).provision(spec, alias, dry_run=dry_run)
+
     def define(
         self,
         name: str,

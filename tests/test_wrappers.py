@@ -17,7 +17,12 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from django_sequences import get_sequence, next_value, next_values
-from django_sequences.exceptions import BackendUnavailable, InvalidDefinition, SequenceExhausted
+from django_sequences.exceptions import (
+    BackendUnavailable,
+    InvalidDefinition,
+    SequenceExhausted,
+    SequenceNotFound,
+)
 from django_sequences.models import Segment, Sequence
 from django_sequences.operations import overview
 
@@ -261,3 +266,19 @@ def test_a_declared_failover_on_an_unknown_alias_fails_the_system_checks() -> No
 
     found = [e for e in run_checks() if e.id == "django_sequences.E006"]
     assert found and "'nope'" in found[0].msg and "DATABASES" in found[0].msg
+
+
+def test_provision_inner_for_a_sequence_defined_in_code() -> None:
+    Sequence.objects.define("fo", strategy="failover", options=TWO)
+    assert Sequence.objects.provision_inner("fo", dry_run=True) == [
+        "default:fo/p0",
+        "default:fo/p1",
+    ]
+    assert not Sequence.objects.filter(name__startswith="fo/").exists()
+    assert Sequence.objects.provision_inner("fo") == ["default:fo/p0", "default:fo/p1"]
+    assert Segment.objects.filter(key__in=["fo/p0", "fo/p1"]).count() == 2
+    assert Sequence.objects.provision_inner("fo") == []
+    Sequence.objects.define("plain")
+    assert Sequence.objects.provision_inner("plain") == []
+    with pytest.raises(SequenceNotFound):
+        Sequence.objects.provision_inner("nope")
