@@ -161,6 +161,7 @@ def partition_health(spec: SequenceSpec, alias: str) -> list[dict[str, Any]]:
     before its first lease), ``remaining`` (before its max_value), and ``state`` etc. when known.
     """
     from . import registry
+    from .core.failover import FailoverGenerator
     from .exceptions import SequenceError
     from .strategies import strategy_for
     from .wrappers import label
@@ -170,11 +171,13 @@ def partition_health(spec: SequenceSpec, alias: str) -> list[dict[str, Any]]:
     except SequenceError as exc:
         return [{"index": None, "reachable": False, "error": str(exc)}]
     known: list[dict[str, Any]] = []
-    if (alias, spec.name) in registry.loaded() or (None, spec.name) in registry.loaded():
-        gen = registry.get(spec.name, None if (None, spec.name) in registry.loaded() else alias)
-        inner_gen = getattr(gen, "inner", gen)
-        if hasattr(inner_gen, "partitions"):
-            known = inner_gen.partitions()
+    loaded = set(registry.loaded())
+    using = next((u for u in (None, alias) if (u, spec.name) in loaded), alias)
+    if (using, spec.name) in loaded:  # this process issues from it: what it has seen
+        gen = registry.get(spec.name, using)
+        gen = getattr(gen, "inner", gen)  # (under the plugin chain)
+        if isinstance(gen, FailoverGenerator):
+            known = gen.partitions()
     out = []
     for i, (inner, where, _strategy) in enumerate(inners):
         d: dict[str, Any] = {

@@ -13,7 +13,6 @@ The generators are pure Python: ``core/failover.py`` and ``core/memorybits.py``.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, ClassVar
 
 from django.db import connections
@@ -285,45 +284,16 @@ class MemoryBitsStrategy(_Wrapper):
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
         from .conf import app_settings
+        from .core.lazy import Lazy
         from .core.memorybits import MemoryBitsGenerator
 
         ((inner, where, strategy),) = self.inners(spec, alias)
         return MemoryBitsGenerator(
             spec.name,
-            _LazyInner(inner.name, inner.strategy, lambda: self._lazy(inner, where, strategy)),
+            Lazy(lambda: self._lazy(inner, where, strategy)),
             bits=self.option(spec, "bits"),
             reserve=self.option(spec, "reserve_ms") / 1000,
             max_blocks=self.option(spec, "max_blocks"),
             threshold=app_settings.PREFETCH_THRESHOLD,
             wait_timeout=app_settings.LEASE_WAIT_TIMEOUT,
         )
-
-
-class _LazyInner:
-    """An inner generator built on its first call (its definition is made then if missing), so
-    that building the wrapper needs no store."""
-
-    def __init__(self, name: str, strategy: str, build: Any) -> None:
-        self.name = name
-        self.strategy = strategy
-        self._build = build
-        self._gen: IdGenerator | None = None
-        self._lock = threading.Lock()
-
-    def _get(self) -> IdGenerator:
-        gen = self._gen
-        if gen is None:
-            with self._lock:
-                gen = self._gen
-                if gen is None:
-                    gen = self._gen = self._build()
-        return gen
-
-    def next(self) -> int:
-        return self._get().next()
-
-    def take(self, count: int) -> range | list[int]:
-        return self._get().take(count)
-
-    def status(self) -> Any:
-        return self._get().status()

@@ -5,6 +5,8 @@ out; the clock is injected, so rescue delays and timeout windows are exact."""
 from __future__ import annotations
 
 import os
+import select
+import signal
 import threading
 from typing import Any
 
@@ -443,3 +445,34 @@ def test_a_fixed_step_generator_asks_the_store_for_its_own_step(prefetcher: Pref
     [gen.next() for _ in range(100)]
     assert set(seen) == {None}
     assert "adaptive" not in gen.status().details
+
+
+def test_a_lazy_inner_is_built_once_and_a_child_is_not_stuck_on_a_parent_build() -> None:
+    from django_sequences.core.lazy import Lazy
+
+    clock = FakeClock()
+    built: list[Counter] = []
+
+    def build() -> Counter:
+        built.append(Counter(clock))
+        return built[-1]
+
+    lazy = Lazy(build)
+    run_threads(lambda k: lazy.get(), 8)
+    assert len(built) == 1 and lazy.get() is built[0]
+    fresh = Lazy(lambda: Counter(clock))
+    fresh._lock.acquire()  # a parent thread is building when the process forks
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.close(r)
+        os.write(w, str(fresh.get().next()).encode())
+        os._exit(0)
+    fresh._lock.release()
+    os.close(w)
+    ready, _, _ = select.select([r], [], [], 10)
+    got = os.read(r, 100).decode() if ready else "stuck"
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert got == "1", "the child built its own without waiting on the parent's lock"

@@ -53,6 +53,7 @@ from ..exceptions import (
 from . import forking
 from .base import IdGenerator, Status
 from .clock import SYSTEM_CLOCK, Clock
+from .lazy import Lazy
 
 #: Errors of the caller's making: raised as they are, never held against a partition.
 _CALLER_ERRORS = (InvalidCount, InvalidKey, InvalidName)
@@ -64,9 +65,8 @@ class Partition:
     def __init__(self, index: int, label: str, build: Callable[[], IdGenerator]) -> None:
         self.index = index
         self.label = label
-        self._build = build
-        self.gen: IdGenerator | None = None
-        self._build_lock = threading.Lock()
+        self._lazy = Lazy(build)
+        self.gen: IdGenerator | None = None  # the built generator, for the fast path
         self.reset()
 
     def reset(self) -> None:
@@ -83,11 +83,8 @@ class Partition:
 
     def generator(self) -> IdGenerator:
         """The inner generator, built on first use (one thread builds it)."""
-        with self._build_lock:
-            gen = self.gen
-            if gen is None:
-                gen = self.gen = self._build()
-            return gen
+        gen = self.gen = self._lazy.get()
+        return gen
 
 
 class FailoverGenerator:
@@ -121,7 +118,6 @@ class FailoverGenerator:
         self._probe_interval = probe_interval
         self._max_value = max_value
         self._mask = n - 1
-        self._clock = clock
         # (the system clock's function itself: one Python call less on the fast path)
         self._now = time.monotonic if clock is SYSTEM_CLOCK else clock.monotonic
         self._init_state()
@@ -131,7 +127,6 @@ class FailoverGenerator:
         self._lock = threading.Lock()
         self._turn = itertools.count()
         for p in self._parts:
-            p._build_lock = threading.Lock()
             p.reset()
 
     # --- issuing -----------------------------------------------------------------------------
@@ -226,10 +221,14 @@ class FailoverGenerator:
                 p.exhausted = True
                 return
             p.failures += 1
-            p.outages += 1
             p.last_try = t0
-            p.down_since = self._now()
-            p.down_until = p.down_since + self._rescue_after
+            self._take_out(p, self._now())
+
+    def _take_out(self, p: Partition, now: float) -> None:
+        # lock held: ``p`` is out from ``now`` for ``rescue_after``
+        p.outages += 1
+        p.down_since = now
+        p.down_until = now + self._rescue_after
 
     def _after_success(self, p: Partition, t0: float, took: float) -> None:
         with self._lock:
@@ -258,9 +257,7 @@ class FailoverGenerator:
                     q is not p and not q.exhausted and q.down_until <= now for q in self._parts
                 ):
                     return  # the only partition in: slow beats BackendUnavailable
-                p.outages += 1
-                p.down_since = now
-                p.down_until = now + self._rescue_after
+                self._take_out(p, now)
                 p.last_error = (
                     f"{self._timeout_count} calls over {self._timeout * 1000:g} ms within "
                     f"{self._timeout_window:g} s (the last took {took * 1000:.0f} ms)"
@@ -269,7 +266,7 @@ class FailoverGenerator:
     def _last_resort(self, count: int) -> int | range | list[int]:
         """No partition is in: try those that are out once more (each at most every
         ``probe_interval``), then give up."""
-        now = self._clock.monotonic()
+        now = self._now()
         for p in sorted(self._parts, key=lambda q: q.down_until):
             if p.exhausted:
                 continue
@@ -300,7 +297,7 @@ class FailoverGenerator:
 
     def partitions(self) -> list[dict[str, Any]]:
         """The health of every partition (for status(), the admin and the status command)."""
-        now = self._clock.monotonic()
+        now = self._now()
         out = []
         with self._lock:
             for p in self._parts:

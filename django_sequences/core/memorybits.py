@@ -19,9 +19,11 @@ inner values never repeat.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from .base import IdGenerator, Status
+from .lazy import Lazy
 from .segment import SegmentGenerator, Sizing
 
 
@@ -31,7 +33,7 @@ class MemoryBitsGenerator(SegmentGenerator):
     def __init__(
         self,
         name: str,
-        inner: IdGenerator,
+        inner: IdGenerator | Lazy,
         *,
         bits: int,
         reserve: float = 0.1,
@@ -40,7 +42,8 @@ class MemoryBitsGenerator(SegmentGenerator):
     ) -> None:
         if not 1 <= bits <= 32:
             raise ValueError(f"bits must be from 1 to 32; got {bits}")
-        self.inner = inner
+        # the inner generator, or how to build it on first use (its definition is made then)
+        self._inner = inner if isinstance(inner, Lazy) else Lazy(lambda: inner)
         self.bits = bits
         block = 1 << bits
         super().__init__(
@@ -57,7 +60,7 @@ class MemoryBitsGenerator(SegmentGenerator):
     def _lease_runs(self, size: int | None) -> list[tuple[int, int]]:
         b = self.bits
         blocks = max(1, math.ceil((size or 1) / (1 << b)))
-        inner = self.inner
+        inner = self._inner.get()
         got = range(v := inner.next(), v + 1) if blocks == 1 else inner.take(blocks)
         mask = (1 << b) - 1
         runs: list[tuple[int, int]] = []
@@ -75,8 +78,11 @@ class MemoryBitsGenerator(SegmentGenerator):
         st = super().status()
         details = dict(st.details)
         details["bits"] = self.bits
+        built = self._inner.gen
+        if built is None:
+            return replace(st, details=details)
         try:
-            inner = self.inner.status()
+            inner = built.status()
             details["inner"] = {
                 "strategy": inner.strategy,
                 "leases": inner.leases,
@@ -85,8 +91,6 @@ class MemoryBitsGenerator(SegmentGenerator):
             }
         except Exception as exc:  # a status that needs the store may fail: say so
             details["inner_error"] = f"{type(exc).__name__}: {exc}"
-        from dataclasses import replace
-
         return replace(st, details=details)
 
     def explain(self, value: int) -> dict[str, Any]:
