@@ -781,6 +781,17 @@ def set_row_value(row: Segment, new: int, version: int) -> bool:
     return changed == 1
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the app writes and people only look at: no add, no change (the list and the
+    detail page stay)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Segment)
 class SegmentAdmin(admin.ModelAdmin):
     list_display = ("key", "sequence", "value", "max_value", "step", "version", "updated_at")
@@ -873,7 +884,7 @@ class SegmentAdmin(admin.ModelAdmin):
 
 
 @admin.register(WorkerLease)
-class WorkerLeaseAdmin(admin.ModelAdmin):
+class WorkerLeaseAdmin(ReadOnlyAdmin):
     """Worker-id leases: read-only, with an action releasing expired ones."""
 
     list_display = (
@@ -898,12 +909,6 @@ class WorkerLeaseAdmin(admin.ModelAdmin):
             # the database's clock, read once; cast so every backend returns a datetime
             .annotate(_db_now=Cast(Value(_db_now(using)), DateTimeField()))
         )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the row keeps last_timestamp, which the next owner must start after
@@ -960,7 +965,7 @@ class WorkerLeaseAdmin(admin.ModelAdmin):
 
 
 @admin.register(IssuedNumber)
-class IssuedNumberAdmin(admin.ModelAdmin):
+class IssuedNumberAdmin(ReadOnlyAdmin):
     """The IssueLog plugin's records: read-only, an audit trail."""
 
     list_display = ("number", "sequence", "value", "issued_at", "host", "pid")
@@ -968,26 +973,14 @@ class IssuedNumberAdmin(admin.ModelAdmin):
     search_fields = ("number", "sequence")
     date_hierarchy = "issued_at"
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(IssueStat)
-class IssueStatAdmin(admin.ModelAdmin):
+class IssueStatAdmin(ReadOnlyAdmin):
     """Per-minute counts behind the rate column and the status chart: read-only."""
 
     list_display = ("sequence", "minute", "source", "count")
     list_filter = ("sequence", "source")
     date_hierarchy = "minute"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class ApiTokenForm(forms.ModelForm):
