@@ -287,9 +287,8 @@ class SegmentGenerator:
             self._leases += 1
             self._last_error = None
             self._lease_time = took if self._lease_time <= 0 else (self._lease_time + took) / 2
-            got = sum(last - first + 1 for first, last in runs)
-            if regular:  # (not a big take's own lease)
-                self._step_hint = got if size is None else size
+            if regular:  # (not a big take's own lease): what a regular lease brings
+                self._step_hint = size or sum(last - first + 1 for first, last in runs)
             self._pending.extend(runs)
             self._cond.notify_all()
 
