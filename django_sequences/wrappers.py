@@ -126,27 +126,25 @@ class _Wrapper(Strategy):
     def provision(self, spec: SequenceSpec, alias: str, *, dry_run: bool) -> list[str]:
         """Make the missing inner definitions (and their rows); ``alias:name`` of each one
         made (or, ``dry_run``, that would be). Idempotent."""
-        from .models import Sequence
-
-        made = []
-        for inner, where, _strategy in self.inners(spec, alias):
-            if Sequence.objects.spec(inner.name, using=where) is not None:
-                continue
-            made.append(f"{where}:{inner.name}")
-            if not dry_run:
-                ensure_inner(inner, where)
-        return made
+        return [
+            f"{where}:{inner.name}"
+            for inner, where, _strategy in self.inners(spec, alias)
+            if ensure_inner(inner, where, dry_run=dry_run)
+        ]
 
     def _lazy(self, inner: SequenceSpec, where: str, strategy: Strategy) -> IdGenerator:
         ensure_inner(inner, where)
         return strategy.build(inner, where)
 
 
-def ensure_inner(inner: SequenceSpec, alias: str) -> None:
-    """Make inner definition ``inner`` on ``alias`` unless it exists."""
+def ensure_inner(inner: SequenceSpec, alias: str, *, dry_run: bool = False) -> bool:
+    """Make inner definition ``inner`` on ``alias`` unless it exists (``dry_run``: make
+    nothing); whether it was missing."""
     from .models import Sequence
 
-    if Sequence.objects.spec(inner.name, using=alias) is None:
+    if Sequence.objects.spec(inner.name, using=alias) is not None:
+        return False
+    if not dry_run:
         Sequence.objects.define(
             inner.name,
             strategy=inner.strategy,
@@ -158,6 +156,7 @@ def ensure_inner(inner: SequenceSpec, alias: str) -> None:
             using=alias,
             exist_ok=True,
         )
+    return True
 
 
 def label(inner: SequenceSpec, alias: str) -> str:
