@@ -114,7 +114,8 @@ class SegmentStrategy(Strategy):
             )
 
     def steps(self, spec: SequenceSpec) -> tuple[int, int]:
-        """(min, max) lease size: ``min_step`` or ``step``, ``max_step`` or the min."""
+        """(min, max) lease size: ``min_step`` or ``step``; ``max_step``, or the larger of the
+        min and ``step``."""
         lo = self.option(spec, "min_step") or spec.step
         return lo, self.option(spec, "max_step") or max(lo, spec.step)
 
