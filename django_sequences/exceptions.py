@@ -13,17 +13,30 @@ class SequenceError(Exception):
 
 
 class SequenceNotFound(SequenceError, LookupError):
-    """No sequence definition has this name (and ``AUTO_CREATE`` is off)."""
+    """No sequence definition has this name (and ``AUTO_CREATE`` is off).
 
-    def __init__(self, name: str, *, using: str | None = None) -> None:
+    ``declared``: the name is declared in ``DJANGO_SEQUENCES["SEQUENCES"]`` but its definition
+    was not made on this database yet (``manage.py sequences_provision`` makes it)."""
+
+    def __init__(self, name: str, *, using: str | None = None, declared: bool = False) -> None:
         self.name = name
+        self.using = using
+        self.declared = declared
         where = f" on database {using!r}" if using else ""
-        super().__init__(
-            f"No sequence named {name!r}{where}. Create it with "
-            f"Sequence.objects.define({name!r}, ...), declare it in "
-            f'DJANGO_SEQUENCES["SEQUENCES"] and run provisioning, or set '
-            f'DJANGO_SEQUENCES["AUTO_CREATE"] = True.'
-        )
+        if declared:
+            message = (
+                f"Sequence {name!r} is declared in DJANGO_SEQUENCES['SEQUENCES'] but has no "
+                f"definition{where} yet: run `python manage.py sequences_provision` (after "
+                f"`migrate`, at every deploy), or set DJANGO_SEQUENCES['AUTO_CREATE'] = True."
+            )
+        else:
+            message = (
+                f"No sequence named {name!r}{where}. Declare it in "
+                f"DJANGO_SEQUENCES['SEQUENCES'] and run `python manage.py sequences_provision`, "
+                f"or create it with Sequence.objects.define({name!r}, ...), or set "
+                f"DJANGO_SEQUENCES['AUTO_CREATE'] = True."
+            )
+        super().__init__(message)
 
 
 class SequenceExhausted(SequenceError):

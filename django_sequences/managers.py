@@ -80,13 +80,15 @@ class SequenceManager(models.Manager["Sequence"]):
         alias = resolve_alias(using)
         from .conf import SEQUENCE_FIELDS
 
-        qs = self.model.objects.filter(name=name).values_list(*SEQUENCE_FIELDS)
+        qs = self.model.objects.filter(name=name).values_list("name", *SEQUENCE_FIELDS)
         found = _on_private(alias, name, lambda w: _select(w, qs))
         if not found:
             return None
-        strategy, step, lo, hi, cycle, template, options, reset = found[0]
+        stored, strategy, step, lo, hi, cycle, template, options, reset = found[0]
         return SequenceSpec(
-            name=name,
+            # the stored spelling: every store key derives from the definition, never from
+            # the caller's spelling (a case-insensitive collation would match another one)
+            name=stored,
             strategy=strategy,
             step=step,
             min_value=lo,

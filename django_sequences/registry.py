@@ -62,10 +62,10 @@ def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGene
     alias = resolve_alias(using)
     spec = Sequence.objects.spec(name, using=alias)
     if spec is None:
+        declared = app_settings.SEQUENCES.get(name)
         if not app_settings.AUTO_CREATE:
-            raise SequenceNotFound(name, using=using)
-        declared = app_settings.SEQUENCES.get(name, {})
-        d = sequence_defaults(declared, app_settings.DEFAULT_STEP)
+            raise SequenceNotFound(name, using=using, declared=declared is not None)
+        d = sequence_defaults(declared or {}, app_settings.DEFAULT_STEP)
         spec = Sequence.objects.define(name, using=alias, exist_ok=True, **d).spec()
     strategy = validate(spec)
     return spec, strategy, strategy.build(spec, alias)

@@ -213,3 +213,14 @@ def test_first_use_inside_atomic_sees_committed_definitions_only() -> None:
         Sequence.objects.define("order", step=10)  # committed at once, on its own connection
         assert next_value("order") == 1
     assert Sequence.objects.filter(name="order").exists()
+
+
+@override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"declared": {"step": 10}}})
+def test_regression_declared_but_not_provisioned_names_sequences_provision() -> None:
+    """Finding 9 of issue 11: a declared sequence not provisioned yet said nothing of the
+    command that makes it."""
+    with pytest.raises(SequenceNotFound, match="sequences_provision") as caught:
+        next_value("declared")
+    assert caught.value.declared
+    assert "is declared" in str(caught.value)
+    assert not Sequence.objects.exists()
