@@ -31,7 +31,13 @@ from collections.abc import Callable, Mapping
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
-from django.core.exceptions import RequestDataTooBig
+from django.conf import settings
+from django.core.exceptions import (
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+)
+from django.core.handlers.wsgi import WSGIRequest
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -41,6 +47,7 @@ from .exceptions import (
     BackendUnavailable,
     ClockMovedBackwards,
     ConfigurationError,
+    InvalidDefinition,
     InvalidName,
     IssueRejected,
     LeaseContention,
@@ -48,6 +55,7 @@ from .exceptions import (
     SequenceError,
     SequenceExhausted,
     SequenceNotFound,
+    WorkerLeaseLost,
 )
 
 if TYPE_CHECKING:
@@ -136,6 +144,7 @@ def error_response(
 # --- errors ----------------------------------------------------------------------------------
 
 _RETRY = {"Retry-After": "1"}
+ADMIN = "the server's administrator"
 
 #: Library errors -> (status, code, extra headers); the first class that matches wins.
 ERRORS: tuple[tuple[type[BaseException], int, str, Mapping[str, str]], ...] = (
@@ -150,10 +159,90 @@ ERRORS: tuple[tuple[type[BaseException], int, str, Mapping[str, str]], ...] = (
     (OperationalError, 503, "unavailable", _RETRY),
     (InterfaceError, 503, "unavailable", _RETRY),
     (IssueRejected, 403, "rejected", {}),
-    # InvalidCount, InvalidKey, InvalidDefinition (TemplateError), InvalidNumber
+    # a definition stored or declared on the server that cannot work: not the client's doing
+    # (numbers of a sequence without a template and explain of plain counters are refused
+    # by the views first, with a 400)
+    (InvalidDefinition, 500, "internal", {}),
+    # InvalidCount, InvalidKey, InvalidNumber
     (ValueError, 400, "bad_request", {}),
-    (RequestDataTooBig, 400, "bad_request", {}),
+    # RequestDataTooBig, TooManyFieldsSent, ...: Django refusing what the client sent
+    (SuspiciousOperation, 400, "bad_request", {}),
 )
+
+
+def message_for(exc: BaseException) -> str:
+    """What an HTTP client is told of ``exc``: made from the exception's type and attributes,
+    never the advice its text gives a Python caller (define it in code, pass an argument,
+    raise a setting)."""
+    if isinstance(exc, SequenceNotFound):
+        if exc.declared:
+            return (
+                f"Sequence {exc.name!r} is declared on this server but not set up yet: "
+                f"{ADMIN} must run manage.py sequences_provision. Retry after that."
+            )
+        return (
+            f"No sequence named {exc.name!r}. Check the name in the URL (names are "
+            f"case-sensitive), or ask {ADMIN} to define it."
+        )
+    if isinstance(exc, SequenceExhausted):
+        return (
+            f"Sequence {exc.name!r} reached its max_value {exc.limit} and issues no more "
+            f"values; ask {ADMIN} to raise its max_value. Nothing was issued."
+        )
+    if isinstance(exc, LeaseContention):
+        return (
+            f"Sequence busy: the counter {exc.key!r} changed under this request "
+            f"{exc.attempts} times in a row; nothing was issued. Retry after Retry-After seconds."
+        )
+    if isinstance(exc, ClockMovedBackwards):
+        return (
+            f"Sequence {exc.name!r}: the server's clock is {exc.behind_ms:g} ms behind the last "
+            f"time the sequence used; nothing was issued rather than risk a duplicate. Retry "
+            f"after Retry-After seconds; if this lasts, tell {ADMIN}."
+        )
+    if isinstance(exc, IssueRejected):
+        by = f" by plugin {exc.plugin}" if exc.plugin else ""
+        return f"Issuing from sequence {exc.name!r} was rejected{by}: {exc.reason}"
+    if isinstance(exc, WorkerLeaseLost):
+        return (
+            "This server process holds no worker id right now, so it may not issue; nothing "
+            "was issued. Retry after Retry-After seconds."
+        )
+    if isinstance(exc, BackendUnavailable | OperationalError | InterfaceError):
+        return (
+            f"The store behind the sequence cannot be reached right now ({_detail(exc)}); "
+            f"nothing was issued. Retry after Retry-After seconds."
+        )
+    if isinstance(exc, InvalidDefinition):
+        return (
+            f"The definition of this sequence on the server cannot be used; {ADMIN} must fix "
+            f"it (the server log has the details)."
+        )
+    if isinstance(exc, RequestDataTooBig):
+        return (
+            f"The body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes, the most "
+            f"this server reads; send a smaller one."
+        )
+    if isinstance(exc, TooManyFieldsSent):
+        return (
+            f"The query string has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} "
+            f"parameters, the most this server reads; send fewer."
+        )
+    if isinstance(exc, SuspiciousOperation):
+        return "The server refused the request as malformed; check the URL and the body."
+    if isinstance(exc, SequenceError):
+        # InvalidName, InvalidCount, InvalidKey, InvalidNumber, RateLimited: their text says
+        # what was wrong with the value itself (the views check first what a client cannot
+        # read in them: keys of unsharded sequences, a missing context)
+        return str(exc)
+    return f"The request was refused ({type(exc).__name__}); the server log has the details."
+
+
+def _detail(exc: BaseException) -> str:
+    """The first line of ``exc``'s text, cut short: enough to tell a refused connection from a
+    timeout."""
+    text = str(exc).strip().splitlines()
+    return (text[0][:120] if text else "") or type(exc).__name__
 
 
 def error_for(exc: BaseException) -> HttpResponse:
@@ -161,11 +250,14 @@ def error_for(exc: BaseException) -> HttpResponse:
     for cls, status, code, headers in ERRORS:
         if isinstance(exc, cls):
             if status >= 500:
-                log.warning("HTTP API: %s: %s", type(exc).__name__, exc)
-            return error_response(status, code, str(exc), headers)
+                level = logging.ERROR if status == 500 else logging.WARNING
+                log.log(level, "HTTP API: %s: %s", type(exc).__name__, exc)
+            return error_response(status, code, message_for(exc), headers)
     if isinstance(exc, ConfigurationError):
         log.error("HTTP API: %s", exc)
-        return error_response(500, "internal", f"The server is misconfigured: {exc}")
+        return error_response(
+            500, "internal", "The server is misconfigured; the server log has the details."
+        )
     log.error("HTTP API: unexpected %s", type(exc).__name__, exc_info=exc)
     kind = "library" if isinstance(exc, SequenceError) else "unexpected"
     return error_response(
@@ -321,7 +413,7 @@ def endpoint(*methods: str) -> Callable[[ApiView[P]], DjangoView[P]]:
                 return error_response(
                     405,
                     "method_not_allowed",
-                    f"{request.method} is not allowed here; use {allow}.",
+                    f"{short(request.method, 20)} is not allowed here; use {allow}.",
                     {"Allow": allow},
                 )
             try:
@@ -348,13 +440,106 @@ def has_query(request: HttpRequest) -> bool:
     return bool(request.META.get("QUERY_STRING"))
 
 
+#: Deepest nesting of arrays and objects in a body (a context may nest 8 levels).
+MAX_BODY_DEPTH = 16
+#: Longest integer literal in a body; longer ones are refused before Python converts them.
+MAX_INT_DIGITS = 40
+
+
+class _Refused(Exception):
+    """Raised by the JSON parser's hooks; carries the client's message out of ``json.loads``."""
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS + 1:  # a sign and MAX_INT_DIGITS digits
+        raise _Refused(
+            f"An integer in the body has {len(text.lstrip('-'))} digits; at most "
+            f"{MAX_INT_DIGITS} are read."
+        )
+    return int(text)
+
+
+def _parse_constant(text: str) -> object:
+    raise _Refused(f"{text} is not a JSON value")
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"field {short(key)} is given twice in one object; give it once")
+            seen.add(key)
+    return data
+
+
+_decoder = json.JSONDecoder(
+    parse_int=_parse_int, parse_constant=_parse_constant, object_pairs_hook=_object
+)
+
+
+def read_body(request: HttpRequest) -> bytes:
+    """The request's body. A chunked body (``Transfer-Encoding`` and no ``Content-Length``) is
+    read from the WSGI stream where the server says it marks its end (``wsgi.input_terminated``,
+    as gunicorn does) and refused with a 411 where it does not: Django would read it as empty."""
+    meta = request.META
+    if (
+        isinstance(request, WSGIRequest)
+        and meta.get("HTTP_TRANSFER_ENCODING")
+        and not meta.get("CONTENT_LENGTH")
+    ):
+        if not meta.get("wsgi.input_terminated"):
+            raise ApiError(
+                411,
+                "length_required",
+                "This server cannot read a chunked body (Transfer-Encoding without "
+                "Content-Length); send the body with a Content-Length header.",
+            )
+        return _read_all(meta["wsgi.input"], settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    return request.body
+
+
+def _read_all(stream: Any, limit: int | None) -> bytes:
+    """All of ``stream``; :class:`RequestDataTooBig` past ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        chunk = stream.read(65536 if limit is None else min(65536, limit + 1 - size))
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise RequestDataTooBig("Request body exceeded settings.DATA_UPLOAD_MAX_MEMORY_SIZE.")
+
+
 def json_body(request: HttpRequest, fields: tuple[str, ...]) -> Payload:
-    """The JSON object of the body ({} when the body is empty); only ``fields`` may appear."""
-    raw = request.body
+    """The JSON object of the body ({} when the body is empty); only ``fields`` may appear.
+
+    Refused with a 400 before anything is issued: bytes that are not UTF-8, text that is not
+    JSON (``NaN`` and ``Infinity`` included), a field given twice in one object, an integer
+    of more than :data:`MAX_INT_DIGITS` digits, nesting deeper than :data:`MAX_BODY_DEPTH`
+    and strings that are not Unicode text (a lone surrogate such as ``"\\ud800"``)."""
+    raw = read_body(request)
     if not raw.strip():
         return {}
     try:
-        data = json.loads(raw)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise bad_request(
+            f"The body is not UTF-8 text (byte 0x{raw[exc.start]:02x} at position {exc.start}); "
+            f"send JSON encoded in UTF-8."
+        ) from None
+    try:
+        data = _decoder.decode(text)
+    except _Refused as exc:
+        raise bad_request(f"The body is not valid JSON: {exc}.") from None
+    except RecursionError:
+        raise bad_request(
+            f"The body nests arrays or objects too deeply; at most {MAX_BODY_DEPTH} levels are "
+            f"read."
+        ) from None
     except ValueError as exc:
         raise bad_request(
             f'The body is not valid JSON ({exc}); send an object such as {{"count": 5}} '
@@ -364,13 +549,39 @@ def json_body(request: HttpRequest, fields: tuple[str, ...]) -> Payload:
         raise bad_request(
             f'The body must be a JSON object such as {{"count": 5}}, not {type(data).__name__}.'
         )
+    _check_tree(data)
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise bad_request(
-            f"Unknown field(s) {', '.join(map(repr, unknown))} in the body; this endpoint takes "
-            f"{', '.join(fields)}."
+            f"Unknown field(s) {', '.join(map(short, unknown))} in the body; this endpoint "
+            f"takes {', '.join(fields)}."
         )
     return data
+
+
+def _check_tree(data: object) -> None:
+    """Refuse nesting deeper than :data:`MAX_BODY_DEPTH` and strings with lone surrogates,
+    walking the parsed body without recursion."""
+    todo: list[tuple[object, int]] = [(data, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_BODY_DEPTH:
+                raise bad_request(
+                    f"The body nests arrays or objects more than {MAX_BODY_DEPTH} levels deep."
+                )
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, value in items:
+                todo.append((key, depth))
+                todo.append((value, depth + 1))
+        elif isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise bad_request(
+                    f"The string {short(node)} in the body holds a lone surrogate (an unpaired "
+                    f"\\ud800-\\udfff escape), which is not text; send valid Unicode."
+                ) from None
 
 
 def count_of(request: HttpRequest, body: Payload) -> int:
@@ -393,7 +604,7 @@ def count_of(request: HttpRequest, body: Payload) -> int:
     if not 1 <= count <= min(http_max, batch_max):
         setting = "HTTP_MAX_COUNT" if http_max <= batch_max else "MAX_BATCH"
         raise bad_request(
-            f"count must be between 1 and {min(http_max, batch_max)} "
-            f"(DJANGO_SEQUENCES[{setting!r}]); got {count}. Ask in several requests."
+            f"count must be between 1 and {min(http_max, batch_max)} (the server's "
+            f"{setting}); got {short(count)}. Ask in several requests."
         )
     return count

@@ -2,22 +2,41 @@
 
     path("ids/", include("django_sequences.urls"))
 
-``<path:name>`` takes names with ``/`` in them; an invalid name is answered 404 by the view.
-Any other URL under the prefix gets a JSON 404 rather than the site's HTML one.
+``<sequence_name:name>`` takes any text, ``/`` and control characters included, so that an
+invalid name (``order%0A``) reaches the view and is answered 404 there. Each endpoint also takes
+a trailing slash. Any other URL under the prefix, whatever its characters, gets a JSON 404
+rather than the site's HTML one (and no CSRF page: the catch-all is exempt, as the endpoints
+are).
 """
 
 from __future__ import annotations
 
-from django.urls import path, re_path
+from django.urls import path, re_path, register_converter
+from django.urls.converters import PathConverter
 
 from . import views
+
+
+class NameConverter(PathConverter):
+    """``<path:…>`` whose ``.`` also matches a newline (Django compiles routes without
+    ``re.DOTALL``, so ``%0A`` in a name fell through to the site's HTML 404)."""
+
+    regex = "(?s:.+)"
+
+
+register_converter(NameConverter, "sequence_name")
 
 app_name = "django_sequences"
 
 urlpatterns = [
-    path("<path:name>/values", views.values, name="values"),
-    path("<path:name>/numbers", views.numbers, name="numbers"),
-    path("<path:name>/explain/<str:value>", views.explain, name="explain"),
-    path("<path:name>/status", views.status, name="status"),
-    re_path(r"^(?P<path>.*)\Z", views.not_found),
+    path("<sequence_name:name>/values", views.values, name="values"),
+    path("<sequence_name:name>/numbers", views.numbers, name="numbers"),
+    path("<sequence_name:name>/explain/<str:value>", views.explain, name="explain"),
+    path("<sequence_name:name>/status", views.status, name="status"),
+    # the same with a trailing slash, as clients (and some HTTP libraries) write them
+    path("<sequence_name:name>/values/", views.values),
+    path("<sequence_name:name>/numbers/", views.numbers),
+    path("<sequence_name:name>/explain/<str:value>/", views.explain),
+    path("<sequence_name:name>/status/", views.status),
+    re_path(r"^(?P<path>(?s:.*))\Z", views.not_found),
 ]

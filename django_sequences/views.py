@@ -24,9 +24,12 @@ from dataclasses import asdict
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 
+from . import registry
 from .api import explain as explain_value
 from .api import get_sequence, next_values
+from .exceptions import InvalidKey
 from .http import (
     Payload,
     bad_request,
@@ -39,6 +42,8 @@ from .http import (
 )
 from .numbers import issuer, next_numbers
 
+#: Longest sub-key (as ``next_value(name, key=...)`` takes).
+MAX_KEY_LENGTH = 255
 #: Arguments of ``next_numbers()`` itself, which a context entry cannot be named.
 RESERVED_CONTEXT = frozenset({"name", "count", "using"})
 #: Deepest nesting of a context object (``{ctx.warehouse.code}`` needs 2).
@@ -64,7 +69,20 @@ def values(request: HttpRequest, name: str) -> Payload:
     key = body.get("key", key)
     if key is not None and not isinstance(key, str):
         raise bad_request(f"key must be a string, not {type(key).__name__}: {short(key)}.")
-    got = next_values(name, count, key=key)
+    if key is not None and not 1 <= len(key) <= MAX_KEY_LENGTH:
+        raise bad_request(
+            f"key must be 1 to {MAX_KEY_LENGTH} characters; got {len(key)}: {short(key)}."
+        )
+    try:
+        got = next_values(name, count, key=key)
+    except InvalidKey:
+        if key is None:
+            raise
+        # the key itself was checked above: what is left is a sequence that takes none
+        raise bad_request(
+            f"Sequence {name!r} takes no key: only sharded sequences do. Send the request "
+            f"without a key."
+        ) from None
     if isinstance(got, range):
         return {
             "sequence": name,
@@ -84,9 +102,21 @@ def numbers(request: HttpRequest, name: str) -> Payload:
     body = json_body(request, ("count", "context"))
     count = count_of(request, body)
     context = context_of(request, body)
+    if not registry.spec(name, None).template:
+        raise bad_request(
+            f"Sequence {name!r} has no template: it issues values, not numbers. Use "
+            f"POST {_sibling(request, 'values')} instead."
+        )
     # Render the context with no value: a missing or malformed entry is refused here, before
     # a value is taken (and rendering would refuse it after).
-    issuer(name).template.render_many((), context=context or None)
+    try:
+        issuer(name).template.render_many((), context=context)
+    except InvalidKey as exc:
+        needs = "" if context else f"Sequence {name!r} needs a context for its numbers. "
+        raise bad_request(
+            f'{needs}{exc} Send the context as the body\'s "context" object '
+            f'(e.g. {{"context": {{"area": "010"}}}}) or as query parameters (?area=010).'
+        ) from None
     got = next_numbers(name, count, **context)
     return {"sequence": name, "count": len(got), "numbers": got}
 
@@ -97,6 +127,15 @@ def explain(request: HttpRequest, name: str, value: str) -> Payload:
     if not _VALUE_RE.match(value):
         raise bad_request(f"The value to explain must be an integer; got {short(value)}.")
     number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise bad_request(
+            f"{number} is not a value of sequence {name!r}: its values are 64-bit integers."
+        )
+    if getattr(registry.get(name, None), "explain", None) is None:
+        raise bad_request(
+            f"Sequence {name!r} issues plain counters, whose values have no parts; only "
+            f"snowflake and timestamp values can be explained."
+        )
     return {"sequence": name, "value": number, "parts": explain_value(name, number)}
 
 
@@ -109,14 +148,21 @@ def status(request: HttpRequest, name: str) -> Payload:
     return {"sequence": name, "host": socket.gethostname(), "pid": os.getpid(), **fields}
 
 
+@csrf_exempt  # whatever the method and cookies: a JSON 404, never Django's CSRF page
 def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
     """Any other URL under the API's prefix."""
     return error_response(
         404,
         "not_found",
-        f"No endpoint at {request.path!r}. The endpoints are POST <name>/values, POST "
-        f"<name>/numbers, GET <name>/explain/<value> and GET <name>/status.",
+        f"No endpoint at {short(request.path, 120)}. The endpoints are POST <name>/values, "
+        f"POST <name>/numbers, GET <name>/explain/<value> and GET <name>/status.",
     )
+
+
+def _sibling(request: HttpRequest, endpoint: str) -> str:
+    """The path of this request's sequence's other ``endpoint`` (``values``)."""
+    base = request.path.rstrip("/")
+    return base[: base.rfind("/") + 1] + endpoint
 
 
 # --- the context of numbers ------------------------------------------------------------------

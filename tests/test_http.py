@@ -4,8 +4,10 @@ token command, concurrent clients, and that a refused request consumes nothing."
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
-from django.db import connections
+from django.db import OperationalError, connections
 from django.test import Client, override_settings
 from django.utils import timezone
 
@@ -24,8 +26,13 @@ from django_sequences.conf import problems
 from django_sequences.core.plugins import BasePlugin, IssueEvent
 from django_sequences.exceptions import (
     BackendUnavailable,
+    ClockMovedBackwards,
+    ConfigurationError,
+    InvalidDefinition,
     IssueRejected,
+    LeaseContention,
     RateLimited,
+    SequenceExhausted,
     WorkerLeaseLost,
 )
 from django_sequences.models import ApiToken, Sequence
@@ -38,13 +45,15 @@ WAYBILL = "{ctx.area:3}-{ctx.unit:4}-{seq:05}"
 
 
 class Gate(BasePlugin):
-    """Raises ``Gate.error`` (when set) before anything is issued; returns False when
-    ``Gate.refuse`` is set."""
+    """Raises ``Gate.error`` (when set; a class, or an exception to raise as it is) before
+    anything is issued; returns False when ``Gate.refuse`` is set."""
 
-    error: type[Exception] | None = None
+    error: type[Exception] | Exception | None = None
     refuse = False
 
     def before_issue(self, event: IssueEvent) -> bool | None:
+        if isinstance(Gate.error, Exception):
+            raise Gate.error
         if Gate.error is not None:
             if Gate.error is IssueRejected:
                 raise IssueRejected(event.name, "the gate is shut", plugin="Gate")
@@ -269,7 +278,7 @@ def test_405_for_the_wrong_method(api: Client) -> None:
         ("/ids/waybill/numbers?a=1&a.b=2", None, None, "nests under 'a'"),
         ("/ids/sf/explain/abc", None, None, "must be an integer"),
         ("/ids/order/explain/5", None, None, "plain counters"),
-        ("/ids/sf/explain/99999999999999999999", None, None, "not a value of this layout"),
+        ("/ids/sf/explain/99999999999999999999", None, None, "not a value of"),
     ],
 )
 def test_400_for_bad_parameters_consumes_nothing(
@@ -369,8 +378,6 @@ def test_refusals_map_to_their_status_and_consume_nothing(
 def test_503_when_the_token_store_is_down_and_500_for_a_bug(
     api: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django.db import OperationalError
-
     from django_sequences import views
 
     Sequence.objects.define("order")
@@ -602,3 +609,222 @@ def test_concurrent_clients_get_every_value_once() -> None:
     assert sorted(int(n[1:]) for n in numbers) == list(range(1, total + 1))
     assert len(numbers) == len(set(numbers)) == total
     assert len(segment) == len(set(segment)) == total
+
+
+# --- regressions of issue 11 (findings 7 and 9) -------------------------------------------------
+
+#: What a message written for a Python caller says and an HTTP client can do nothing with.
+PYTHON_ADVICE = re.compile(
+    r"\w\(|objects\.|options\[|DJANGO_SEQUENCES\[|settings\.|sys\.|cycle=|AUTO_CREATE|"
+    r"\bpass \w+\("
+)
+
+
+def assert_for_http_clients(message: str) -> None:
+    assert not PYTHON_ADVICE.search(message), message
+
+
+def chunked(client: Client, url: str, body: bytes, *, terminated: bool = True, **extra: Any) -> Any:
+    """POST ``body`` as a WSGI server hands on a chunked request: ``Transfer-Encoding:
+    chunked``, no ``Content-Length``, the decoded body in ``wsgi.input`` and (a server that
+    decodes chunks, such as gunicorn) ``wsgi.input_terminated``."""
+    environ: dict[str, Any] = {
+        "HTTP_TRANSFER_ENCODING": "chunked",
+        "CONTENT_LENGTH": "",
+        "CONTENT_TYPE": "application/json",
+        "wsgi.input": io.BytesIO(body),
+    }
+    if terminated:
+        environ["wsgi.input_terminated"] = True
+    return client.generic("POST", url, **environ, **extra)
+
+
+def test_regression_deeply_nested_json_body_was_a_500(api: Client) -> None:
+    """Finding 7: a deeply nested body ended in a RecursionError, a 500."""
+    Sequence.objects.define("order", step=1000)
+    Sequence.objects.define("waybill", template=WAYBILL)
+    deep = 100_000
+    for url, raw in (
+        ("/ids/order/values", "[" * deep + "]" * deep),
+        ("/ids/order/values", '{"count":' + '{"a":' * deep + "1" + "}" * deep + "}"),
+        ("/ids/waybill/numbers", '{"context":' + '{"a":' * deep + "1" + "}" * deep + "}"),
+        ("/ids/waybill/numbers", '{"context":{"a":' + "[" * 500 + "]" * 500 + "}}"),
+    ):
+        code, message = error_of(post(api, url, raw=raw), 400)
+        assert code == "bad_request" and "nest" in message, message
+        assert_for_http_clients(message)
+    assert post(api, "/ids/order/values").json()["values"] == [1]  # nothing consumed
+    ok = post(api, "/ids/waybill/numbers", {"context": {"area": "010", "unit": "6541"}})
+    assert ok.json()["numbers"] == ["010-6541-00001"]
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "status"),
+    [
+        ("POST", "/ids/order%0A/values", 404),
+        ("POST", "/ids/order/values%0A", 404),
+        ("POST", "/ids/%0Aorder/values", 404),
+        ("GET", "/ids/order/status%0A", 404),
+        ("GET", "/ids/%0A", 404),
+        ("POST", "/ids/or%0Dder/numbers", 404),
+        ("POST", "/ids/order%00/values", 404),
+        ("GET", "/ids/order/explain/5%0A", 400),  # a value that is not an integer
+    ],
+)
+def test_regression_newline_in_the_path_got_an_html_404(
+    api: Client, method: str, url: str, status: int
+) -> None:
+    """Finding 7: a path with %0A (a newline) fell through the API's URLs to Django's HTML
+    404."""
+    Sequence.objects.define("order", step=1000)
+    code, message = error_of(api.generic(method, url), status)
+    assert code == ("not_found" if status == 404 else "bad_request")
+    assert_for_http_clients(message)
+    assert post(api, "/ids/order/values").json()["values"] == [1]
+
+
+def test_regression_trailing_slash_got_an_html_csrf_403() -> None:
+    """Finding 7: ``POST /ids/order/values/`` met Django's CSRF check (HTML 403) on the way
+    to the catch-all 404; the endpoints now take a trailing slash, and every other URL under
+    the prefix answers a JSON 404 whatever the method and cookies."""
+    Sequence.objects.define("order", step=1000)
+    Sequence.objects.define("waybill", template=WAYBILL)
+    Sequence.objects.define("sf", strategy="snowflake")
+    _, token = make_token("*")
+    strict = client_for(token, enforce_csrf_checks=True)
+    r = post(strict, "/ids/order/values/", {"count": 2})
+    assert r.status_code == 200 and r.json()["values"] == [1, 2], r.content
+    r = post(strict, "/ids/waybill/numbers/", {"context": {"area": "010", "unit": "6541"}})
+    assert r.json()["numbers"] == ["010-6541-00001"]
+    assert strict.get("/ids/order/status/").json()["current"] == 3
+    value = next_value("sf")
+    assert strict.get(f"/ids/sf/explain/{value}/").json()["value"] == value
+    code, _ = error_of(strict.get("/ids/order/values/"), 405)
+    assert code == "method_not_allowed"
+    for url in ("/ids/order/values//", "/ids/order/whatever/", "/ids/"):
+        for client in (strict, Client(enforce_csrf_checks=True)):
+            code, message = error_of(post(client, url), 404)
+            assert code == "not_found" and "<name>/values" in message
+    assert next_value("order") == 3
+
+
+def test_regression_chunked_body_was_silently_ignored(api: Client) -> None:
+    """Finding 7: a chunked body (no Content-Length) was read as empty, so ``{"count": 5}``
+    issued 1 value. Where the server says it ended the body (``wsgi.input_terminated``) it is
+    read; where it does not, the request is refused (411) and consumes nothing."""
+    Sequence.objects.define("order", step=1000)
+    Sequence.objects.define("waybill", template=WAYBILL)
+    r = chunked(api, "/ids/order/values", b'{"count": 5}')
+    assert r.status_code == 200, r.content
+    assert r.json()["values"] == [1, 2, 3, 4, 5]
+    body = b'{"count": 2, "context": {"area": "010", "unit": "6541"}}'
+    r = chunked(api, "/ids/waybill/numbers", body)
+    assert r.json()["numbers"] == ["010-6541-00001", "010-6541-00002"]
+    code, message = error_of(
+        chunked(api, "/ids/order/values", b'{"count": 5}', terminated=False), 411
+    )
+    assert code == "length_required" and "Content-Length" in message
+    assert_for_http_clients(message)
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=100):
+        big = b'{"count": 5' + b" " * 200 + b"}"
+        code, message = error_of(chunked(api, "/ids/order/values", big), 400)
+        assert "100 bytes" in message
+        assert_for_http_clients(message)
+    assert post(api, "/ids/order/values").json()["values"] == [6]
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b'{"count": ' + b"9" * 5000 + b"}", "digits"),
+        (b'{"count": -' + b"9" * 5000 + b"}", "digits"),
+        (b'{"count": NaN}', "not valid JSON"),
+        (b'{"count": Infinity}', "not valid JSON"),
+        (b'{"count": "\xff"}', "not UTF-8"),
+        (b'{"key": "\\ud800"}', "surrogate"),
+        (b'{"count": 1, "count": 2}', "twice"),
+        (b"\x00", "not valid JSON"),
+    ],
+)
+def test_regression_bodies_python_refused_with_python_words(
+    api: Client, raw: bytes, says: str
+) -> None:
+    """Finding 7: a 5000-digit integer was refused with 'use sys.set_int_max_str_digits()',
+    NaN and Infinity were taken as numbers, bytes that are not UTF-8 got the codec's error, a
+    lone surrogate got through to the store, and a field given twice silently took the last."""
+    Sequence.objects.define("msg", strategy="strict", options={"shards": 2})
+    code, message = error_of(
+        api.generic("POST", "/ids/msg/values", raw, content_type="application/json"), 400
+    )
+    assert code == "bad_request" and says in message, message
+    assert_for_http_clients(message)
+    assert post(api, "/ids/msg/values", {"key": "k"}).status_code == 200
+
+
+def test_regression_too_many_query_parameters_was_a_500(api: Client) -> None:
+    """Django refuses more than DATA_UPLOAD_MAX_NUMBER_FIELDS parameters with an exception the
+    API did not map: a 500."""
+    Sequence.objects.define("waybill", template=WAYBILL)
+    query = "&".join(f"p{i}=1" for i in range(1100))
+    code, message = error_of(post(api, f"/ids/waybill/numbers?{query}"), 400)
+    assert code == "bad_request" and "1000" in message
+    assert_for_http_clients(message)
+
+
+@override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"declared": {"step": 10}}})
+def test_regression_messages_gave_python_advice(api: Client) -> None:
+    """Finding 9: HTTP clients were told to call ``Sequence.objects.define(...)``, to ``pass
+    render(..., context=...)``, to call ``next_value()``, to set ``cycle=True`` or
+    ``options['shards']``. Each error type now has a message for an HTTP client, made from the
+    exception's attributes."""
+    Sequence.objects.define("order", step=1000)
+    Sequence.objects.define("waybill", template=WAYBILL)
+    Sequence.objects.define("small", max_value=2)
+    cases: list[tuple[Any, int, str]] = [
+        (post(api, "/ids/nope/values"), 404, "No sequence named 'nope'"),
+        (post(api, "/ids/declared/values"), 404, "sequences_provision"),
+        (post(api, "/ids/waybill/numbers"), 400, "context"),
+        (post(api, "/ids/waybill/numbers", {"context": {}}), 400, "context"),
+        (post(api, "/ids/order/numbers"), 400, "/ids/order/values"),
+        (post(api, "/ids/order/values", {"key": "k"}), 400, "takes no key"),
+        (post(api, "/ids/order/values", {"key": ""}), 400, "1 to 255"),
+        (post(api, "/ids/order/values", {"count": 0}), 400, "HTTP_MAX_COUNT"),
+        (api.get("/ids/order/explain/5"), 400, "plain counters"),
+    ]
+    assert post(api, "/ids/small/values", {"count": 2}).status_code == 200
+    cases.append((post(api, "/ids/small/values"), 409, "max_value 2"))
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=10):
+        cases.append((post(api, "/ids/order/values", raw=" " * 20), 400, "10 bytes"))
+    for response, status, says in cases:
+        _, message = error_of(response, status)
+        assert says in message, message
+        assert_for_http_clients(message)
+    _, message = error_of(post(api, "/ids/declared/values"), 404)
+    assert "declared" in message and "administrator" in message
+    assert next_value("order") == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "says"),
+    [
+        (LeaseContention("order", 5), 503, "Retry"),
+        (ClockMovedBackwards("order", 1500.0, 1000.0), 503, "1500 ms"),
+        (SequenceExhausted("order", 99), 409, "max_value 99"),
+        (ConfigurationError("DJANGO_SEQUENCES['X'] must be an int"), 500, "misconfigured"),
+        (InvalidDefinition("options['step'] must be positive"), 500, "definition"),
+        (OperationalError("connection refused"), 503, "connection refused"),
+    ],
+)
+def test_regression_library_errors_gave_python_advice(
+    gate: None, api: Client, error: Exception, status: int, says: str
+) -> None:
+    """Finding 9: the text of LeaseContention, ClockMovedBackwards, SequenceExhausted,
+    ConfigurationError and a broken definition named settings and options a client cannot
+    change."""
+    Sequence.objects.define("order", step=1000)
+    Gate.error = error
+    _, message = error_of(post(api, "/ids/order/values"), status)
+    assert says in message, message
+    assert_for_http_clients(message)
+    Gate.error = None
+    assert post(api, "/ids/order/values").json()["values"] == [1]
