@@ -6,9 +6,9 @@ from typing import Any
 
 from .conf import app_settings
 from .core.base import IdGenerator, KeyedGenerator, Status
-from .core.validation import check_count
+from .core.validation import BIGINT_MAX, BIGINT_MIN, check_count
 from .exceptions import InvalidDefinition, InvalidKey, SequenceError
-from .registry import _generators, get, refused
+from .registry import _generators, cached, get, refused
 
 
 def next_value(name: str, *, key: str | None = None, using: str | None = None) -> int:
@@ -53,8 +53,7 @@ async def anext_value(name: str, *, key: str | None = None, using: str | None = 
     memory already (a segment's current or prefetched range); anything that may wait on a
     store (building the generator, a lease, a round trip) runs in a thread."""
     if key is None:
-        gen = _generators.get(using, {}).get(name)
-        fast = getattr(gen, "try_take", None)
+        fast = getattr(cached(name, using), "try_take", None)
         if fast is not None:
             got = fast(1)
             if got is not None:
@@ -70,8 +69,7 @@ async def anext_values(
     """:func:`next_values` for async code, on the event loop when the values are in memory."""
     check_count(count, app_settings.MAX_BATCH)
     if key is None:
-        gen = _generators.get(using, {}).get(name)
-        fast = getattr(gen, "try_take", None)
+        fast = getattr(cached(name, using), "try_take", None)
         if fast is not None:
             got = fast(count)
             if got is not None:
@@ -154,5 +152,9 @@ def explain(name: str, value: int, *, using: str | None = None) -> dict[str, Any
         )
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidKey(f"explain() takes an int value; got {value!r}.")
+    if not BIGINT_MIN <= value <= BIGINT_MAX:
+        raise InvalidKey(
+            f"explain() takes a value this sequence issued, a 64-bit integer; got {value}."
+        )
     result: dict[str, Any] = decode(value)
     return result

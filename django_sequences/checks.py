@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -9,8 +12,38 @@ from django.core.checks import CheckMessage, Error, register
 
 from .conf import SETTING, problems
 
+log = logging.getLogger("django_sequences.checks")
+
+_Check = Callable[..., list[CheckMessage]]
+
+
+def _never_crash(check: _Check) -> _Check:
+    """A check that raises would stop ``check``, ``migrate`` and ``runserver`` with a
+    traceback: report ``django_sequences.E013`` (what raised, and where) instead."""
+
+    @functools.wraps(check)
+    def guarded(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+        try:
+            return check(app_configs, **kwargs)
+        except Exception as exc:
+            log.exception("system check %s raised", check.__name__)
+            return [
+                Error(
+                    f"{SETTING} could not be checked: {check.__name__} raised "
+                    f"{type(exc).__name__}: {exc}",
+                    hint="A value in DJANGO_SEQUENCES (or a SequenceField) is of a kind the "
+                    "checks did not expect; fix it, and report this as a bug of "
+                    "django-sequence-issuer.",
+                    id="django_sequences.E013",
+                    obj=SETTING,
+                )
+            ]
+
+    return guarded
+
 
 @register()
+@_never_crash
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw = getattr(settings, SETTING, {})
     return [
@@ -20,6 +53,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 
 @register()
+@_never_crash
 def check_snowflake_overflow(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``django_sequences.W001``: a declared snowflake sequence whose time field runs out
     (epoch + 2**time_bits units) less than 10 years from now."""
@@ -46,11 +80,12 @@ def check_snowflake_overflow(app_configs: Any = None, **kwargs: Any) -> list[Che
             layout = Layout.from_options(options, name=str(name))
         except InvalidDefinition:
             continue  # E006 says so
-        if layout.overflow_datetime < horizon:
+        overflow = layout.overflow_datetime  # None: after the year 9999
+        if overflow is not None and overflow < horizon:
             out.append(
                 CheckWarning(
                     f"{SETTING}['SEQUENCES'][{name!r}]: snowflake ids run out on "
-                    f"{layout.overflow_datetime:%Y-%m-%d} (epoch "
+                    f"{overflow:%Y-%m-%d} (epoch "
                     f"{layout.epoch_datetime:%Y-%m-%d} + 2**{layout.time_bits} "
                     f"{layout.time_unit}), less than 10 years from now.",
                     hint="Raise options['time_bits'] (taking bits from worker_bits or "
@@ -63,6 +98,7 @@ def check_snowflake_overflow(app_configs: Any = None, **kwargs: Any) -> list[Che
 
 
 @register()
+@_never_crash
 def check_obfuscation_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``django_sequences.W002``: templates that obfuscate (``{seq:...,perm}``,
     ``{seq:short}``) while ``OBFUSCATION_KEY`` is missing; ``W003``: a key under 16 bytes."""

@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from .core.base import IdGenerator, SequenceSpec, Status
-from .core.validation import check_name
+from .core.validation import check_name, check_using
 from .exceptions import SequenceError, SequenceNotFound
 
 if TYPE_CHECKING:
@@ -32,9 +32,10 @@ def get(name: str, using: str | None) -> IdGenerator:
     """The generator for ``name`` (validated and built on first use)."""
     try:
         return _generators[using][name]
-    except (KeyError, TypeError):
+    except (KeyError, TypeError):  # TypeError: an unhashable name or alias, refused below
         pass
     check_name(name)
+    check_using(using)
     from .core import forking
 
     forking.on_fork(_new_locks_in_child)
@@ -69,6 +70,15 @@ def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGene
         spec = Sequence.objects.define(name, using=alias, exist_ok=True, **d).spec()
     strategy = validate(spec)
     return spec, strategy, strategy.build(spec, alias)
+
+
+def cached(name: object, using: object) -> IdGenerator | None:
+    """The generator already built for ``name``, or None (also for arguments of the wrong
+    type: ``get`` refuses those with a typed error)."""
+    try:
+        return _generators[using][name]  # type: ignore[index]
+    except (KeyError, TypeError):
+        return None
 
 
 def spec(name: str, using: str | None) -> SequenceSpec:

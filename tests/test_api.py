@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from django_sequences.exceptions import (
     ConfigurationError,
     InvalidCount,
     InvalidDefinition,
+    InvalidKey,
     InvalidName,
     SequenceError,
     SequenceNotFound,
@@ -224,3 +226,61 @@ def test_regression_declared_but_not_provisioned_names_sequences_provision() -> 
     assert caught.value.declared
     assert "is declared" in str(caught.value)
     assert not Sequence.objects.exists()
+
+
+# --- issue 11, finding 7: typed errors only --------------------------------------------------
+
+
+def test_regression_explain_of_a_seconds_snowflake_raised_overflow_error() -> None:
+    """``explain()`` of a large value of a snowflake with ``time_unit="s"``: its time field
+    (2**41 seconds after the epoch) is past year 9999, and ``datetime`` raised OverflowError
+    (an HTTP 500 through the explain endpoint)."""
+    Sequence.objects.define("sf-s", strategy="snowflake", options={"time_unit": "s"})
+    with pytest.raises(InvalidKey, match="9999"):
+        django_sequences.explain("sf-s", 2**62)
+    issued = next_value("sf-s")
+    assert django_sequences.explain("sf-s", issued)["sequence"] == 0
+
+
+def test_regression_define_with_an_epoch_past_year_9999_raised_overflow_error() -> None:
+    with pytest.raises(InvalidDefinition, match=r"options\['epoch'\]"):
+        Sequence.objects.define(
+            "sf-e", strategy="snowflake", options={"epoch": 10**15, "time_unit": "s"}
+        )
+    assert not Sequence.objects.filter(name="sf-e").exists()
+
+
+@pytest.mark.parametrize("using", [[], ["default"], {}, {"a": 1}, set(), bytearray(b"x")])
+def test_regression_an_unhashable_using_raised_type_error(using: Any) -> None:
+    """``using=[]`` (any unhashable value) raised a bare TypeError from the registry's dict."""
+    Sequence.objects.define("order", step=10)
+    calls = [
+        lambda: next_value("order", using=using),
+        lambda: next_values("order", 2, using=using),
+        lambda: get_sequence("order", using=using),
+        lambda: django_sequences.explain("order", 1, using=using),
+        lambda: asyncio.run(django_sequences.anext_value("order", using=using)),
+        lambda: asyncio.run(django_sequences.anext_values("order", 2, using=using)),
+    ]
+    for call in calls:
+        with pytest.raises(ConfigurationError, match="using="):
+            call()
+    assert next_value("order") == 1  # nothing consumed
+
+
+@pytest.mark.parametrize("name", [["a"], {}, {"a": 1}, set(), bytearray(b"a")])
+def test_regression_an_unhashable_name_raised_type_error(name: Any) -> None:
+    """``anext_value(["a"])`` looked the name up in the registry's dict: a bare TypeError."""
+    Sequence.objects.define("order", step=10)
+    calls = [
+        lambda: next_value(name),
+        lambda: next_values(name, 2),
+        lambda: get_sequence(name),
+        lambda: django_sequences.explain(name, 1),
+        lambda: asyncio.run(django_sequences.anext_value(name)),
+        lambda: asyncio.run(django_sequences.anext_values(name, 2)),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidName, match="must be a str"):
+            call()
+    assert next_value("order") == 1

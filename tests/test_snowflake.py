@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import override_settings
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from django_sequences import explain, get_sequence, next_value, next_values
@@ -25,6 +25,7 @@ from django_sequences.core.ticks import LeasedTickGenerator
 from django_sequences.exceptions import (
     ClockMovedBackwards,
     InvalidDefinition,
+    InvalidKey,
     SequenceExhausted,
 )
 from django_sequences.models import Sequence, WorkerLease
@@ -89,22 +90,73 @@ def test_bad_layouts_are_refused_naming_the_options(options: dict[str, Any], mes
         SnowflakeStrategy().validate(spec)
 
 
-@given(
-    unit=st.sampled_from(["ms", "s"]),
-    bits=st.tuples(st.integers(1, 37), st.integers(0, 16), st.integers(0, 16)),
-    data=st.data(),
-)
-def test_explain_round_trip(unit: str, bits: tuple[int, int, int], data: st.DataObject) -> None:
-    layout = Layout(unit, 1_600_000_000, *bits)  # (37 bits of seconds end in year 6400)
-    tick = data.draw(st.integers(0, layout.max_time))
-    worker = data.draw(st.integers(0, layout.max_worker))
-    seq = data.draw(st.integers(0, layout.max_sequence))
+@st.composite
+def layouts(draw: st.DrawFn) -> Layout:
+    """Valid layouts only: time_bits + worker_bits + sequence_bits <= 63, worker_bits <= 31."""
+    unit = draw(st.sampled_from(["ms", "s"]))
+    time_bits = draw(st.integers(1, 63))
+    worker_bits = draw(st.integers(0, min(31, 63 - time_bits)))
+    sequence_bits = draw(st.integers(0, 63 - time_bits - worker_bits))
+    return Layout(unit, 1_600_000_000, time_bits, worker_bits, sequence_bits)
+
+
+# A part drawn as any int, taken modulo the field's size (no st.data(), so @example works).
+_part = st.integers(0, 2**63)
+
+
+@example(layout=Layout("s", 1_600_000_000, 41, 10, 12), tick=2**41 - 1, worker=0, seq=0)
+@given(layout=layouts(), tick=_part, worker=_part, seq=_part)
+def test_explain_round_trip(layout: Layout, tick: int, worker: int, seq: int) -> None:
+    tick %= layout.max_time + 1
+    worker %= layout.max_worker + 1
+    seq %= layout.max_sequence + 1
     value = layout.compose(tick, worker, seq)
     assert 0 <= value < 2**63
-    parts = layout.explain(value)
+    try:
+        parts = layout.explain(value)
+    except InvalidKey as exc:  # a time after 9999-12-31 (seconds, many time bits)
+        assert "9999" in str(exc)
+        unit = timedelta(milliseconds=1) if layout.time_unit == "ms" else timedelta(seconds=1)
+        last = (datetime.max.replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // unit
+        assert tick + layout.epoch > last  # it really is: refused, typed
+        return
     assert (parts["timestamp"], parts["worker_id"], parts["sequence"]) == (tick, worker, seq)
-    per_second = 1000 if unit == "ms" else 1
+    per_second = 1000 if layout.time_unit == "ms" else 1
     assert round(parts["time"].timestamp() * per_second) == tick + layout.epoch
+
+
+@example(unit="s", bits=(34, 14, 16), tick=2**34 - 1, worker=2**14 - 1, seq=2**16 - 1)
+@given(
+    unit=st.sampled_from(["ms", "s"]),
+    bits=st.tuples(st.integers(-2, 70), st.integers(-2, 40), st.integers(-2, 40)),
+    tick=_part,
+    worker=_part,
+    seq=_part,
+)
+def test_regression_explain_round_trip_built_a_layout_over_63_bits(
+    unit: str, bits: tuple[int, int, int], tick: int, worker: int, seq: int
+) -> None:
+    """Issue 11, finding 1: the property test drew bits (34, 14, 16) and built ``Layout(...)``
+    directly, skipping the 63-bit rule of ``Layout.from_options``; the value overflowed 2**63
+    and the README test command went red. ``Layout(...)`` itself now refuses such a layout."""
+    time_bits, worker_bits, sequence_bits = bits
+    valid = (
+        time_bits >= 1
+        and 0 <= worker_bits <= 31
+        and sequence_bits >= 0
+        and time_bits + worker_bits + sequence_bits <= 63
+    )
+    if not valid:
+        with pytest.raises(InvalidDefinition, match=r"time_bits|worker_bits|sequence_bits"):
+            Layout(unit, 1_600_000_000, *bits)
+        return
+    layout = Layout(unit, 1_600_000_000, *bits)
+    value = layout.compose(
+        tick % (layout.max_time + 1),
+        worker % (layout.max_worker + 1),
+        seq % (layout.max_sequence + 1),
+    )
+    assert 0 <= value < 2**63
 
 
 def test_the_overflow_warning_w001() -> None:

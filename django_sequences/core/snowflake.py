@@ -52,9 +52,75 @@ def parse_epoch(value: object, unit: str, *, name: str = "?") -> int:
     return us * 1000 // UNITS[unit]
 
 
+#: The last instant ``datetime`` can hold, in nanoseconds since the Unix epoch.
+_MAX_NS = (
+    (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC) - _UNIX) // timedelta(microseconds=1)
+) * 1000
+
+
+def check_layout(
+    unit: object,
+    epoch: object,
+    time_bits: object,
+    worker_bits: object,
+    sequence_bits: object,
+    *,
+    name: str = "?",
+) -> None:
+    """Raise :class:`InvalidDefinition` (naming the options to change) unless these fields make
+    a layout whose values are positive 64-bit integers: the rules of :class:`Layout` itself,
+    whatever built it. Says nothing about the clock (see :meth:`Layout.from_options`)."""
+    if not isinstance(unit, str) or unit not in UNITS:
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options['time_unit'] must be 'ms' or 's'; got {unit!r}."
+        )
+    bits: dict[str, int] = {}
+    for key, v, low in (
+        ("time_bits", time_bits, 1),
+        ("worker_bits", worker_bits, 0),
+        ("sequence_bits", sequence_bits, 0),
+    ):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise InvalidDefinition(
+                f"Sequence {name!r}: options[{key!r}] must be an int >= {low}; got {v!r}."
+            )
+        bits[key] = v
+    total = sum(bits.values())
+    if total > 63:
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options time_bits ({bits['time_bits']}) + worker_bits "
+            f"({bits['worker_bits']}) + sequence_bits ({bits['sequence_bits']}) = {total}; "
+            f"they must add up to at most 63 so values stay positive 64-bit integers."
+        )
+    if bits["worker_bits"] > 31:
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options['worker_bits'] is at most 31 (a worker id is stored "
+            f"in a 32-bit column); got {bits['worker_bits']}."
+        )
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options['epoch'] must be an int >= 0 of {unit} since "
+            f"1970-01-01 UTC; got {epoch!r}."
+        )
+    if epoch > _MAX_NS // UNITS[unit]:
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options['epoch'] ({epoch} {unit} since 1970-01-01 UTC) is after "
+            f"the year 9999; use an ISO date such as '2024-01-01'."
+        )
+
+
+def _date(layout: Layout, units: int) -> str:
+    """``units`` (since the Unix epoch) as YYYY-MM-DD for a message, or 'after 9999-12-31'."""
+    when = layout.to_datetime(units)
+    return "after 9999-12-31" if when is None else f"{when:%Y-%m-%d}"
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Where each field of a snowflake id sits. ``epoch`` is in units since the Unix epoch."""
+    """Where each field of a snowflake id sits. ``epoch`` is in units since the Unix epoch.
+
+    Built directly or by :meth:`from_options`, a layout always fits 63 bits (values are
+    positive BIGINTs): an impossible one raises :class:`InvalidDefinition`."""
 
     time_unit: str = "ms"
     epoch: int = 1_704_067_200_000
@@ -62,51 +128,34 @@ class Layout:
     worker_bits: int = 10
     sequence_bits: int = 12
 
+    def __post_init__(self) -> None:
+        check_layout(
+            self.time_unit, self.epoch, self.time_bits, self.worker_bits, self.sequence_bits
+        )
+
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, name: str = "?") -> Layout:
         """Build and validate a layout from a definition's options (InvalidDefinition names the
         options to change)."""
         unit = options.get("time_unit", "ms")
-        if unit not in UNITS:
-            raise InvalidDefinition(
-                f"Sequence {name!r}: options['time_unit'] must be 'ms' or 's'; got {unit!r}."
-            )
-        bits = {}
-        for key, default, low in (
-            ("time_bits", 41, 1),
-            ("worker_bits", 10, 0),
-            ("sequence_bits", 12, 0),
-        ):
-            v = options.get(key, default)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise InvalidDefinition(
-                    f"Sequence {name!r}: options[{key!r}] must be an int >= {low}; got {v!r}."
-                )
-            bits[key] = v
-        total = sum(bits.values())
-        if total > 63:
-            raise InvalidDefinition(
-                f"Sequence {name!r}: options time_bits ({bits['time_bits']}) + worker_bits "
-                f"({bits['worker_bits']}) + sequence_bits ({bits['sequence_bits']}) = {total}; "
-                f"they must add up to at most 63 so values stay positive 64-bit integers."
-            )
-        if bits["worker_bits"] > 31:
-            raise InvalidDefinition(
-                f"Sequence {name!r}: options['worker_bits'] is at most 31 (a worker id is stored "
-                f"in a 32-bit column); got {bits['worker_bits']}."
-            )
+        bits = {
+            key: options.get(key, default)
+            for key, default in (("time_bits", 41), ("worker_bits", 10), ("sequence_bits", 12))
+        }
+        check_layout(unit, 0, **bits, name=name)
         epoch = parse_epoch(options.get("epoch", DEFAULT_EPOCH), unit, name=name)
+        check_layout(unit, epoch, **bits, name=name)
         layout = cls(time_unit=unit, epoch=epoch, **bits)
         now = time.time_ns() // UNITS[unit]
         if epoch > now:
             raise InvalidDefinition(
-                f"Sequence {name!r}: options['epoch'] ({layout.epoch_datetime:%Y-%m-%d}) is in "
-                f"the future; ids would need negative times."
+                f"Sequence {name!r}: options['epoch'] ({_date(layout, epoch)}) is in the "
+                f"future; ids would need negative times."
             )
         if now - epoch > layout.max_time:
             raise InvalidDefinition(
-                f"Sequence {name!r}: options time_bits={bits['time_bits']} with epoch "
-                f"{layout.epoch_datetime:%Y-%m-%d} ran out on {layout.overflow_datetime}; raise "
+                f"Sequence {name!r}: options time_bits={layout.time_bits} with epoch "
+                f"{_date(layout, epoch)} ran out on {layout.overflow_datetime}; raise "
                 f"time_bits or move the epoch."
             )
         return layout
@@ -129,15 +178,20 @@ class Layout:
 
     @property
     def epoch_datetime(self) -> datetime:
-        return self.to_datetime(self.epoch)
+        # never None: a layout's epoch is before the year 10000 (check_layout)
+        return self.to_datetime(self.epoch) or datetime.max.replace(tzinfo=UTC)
 
     @property
-    def overflow_datetime(self) -> datetime:
-        """The first moment the time field no longer holds."""
+    def overflow_datetime(self) -> datetime | None:
+        """The first moment the time field no longer holds; None when that is after the year
+        9999 (``datetime`` cannot say it: practically never)."""
         return self.to_datetime(self.epoch + self.max_time + 1)
 
-    def to_datetime(self, units: int) -> datetime:
-        """A time in units since the Unix epoch, as an aware UTC datetime (exact)."""
+    def to_datetime(self, units: int) -> datetime | None:
+        """A time in units since the Unix epoch, as an aware UTC datetime (exact); None when it
+        is after the year 9999."""
+        if units * self.unit_ns > _MAX_NS:
+            return None
         if self.time_unit == "ms":
             return _UNIX + timedelta(milliseconds=units)
         return _UNIX + timedelta(seconds=units)
@@ -163,8 +217,14 @@ class Layout:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << total:
             raise InvalidKey(f"{value!r} is not a value of this layout ({total} bits).")
         tick = value >> (self.worker_bits + self.sequence_bits)
+        when = self.to_datetime(tick + self.epoch)
+        if when is None:
+            raise InvalidKey(
+                f"{value!r} is not a value of this sequence: its time field says {tick} "
+                f"{self.time_unit} after the epoch, after 9999-12-31, a time it never reached."
+            )
         return {
-            "time": self.to_datetime(tick + self.epoch),
+            "time": when,
             "timestamp": tick,
             "worker_id": (value >> self.sequence_bits) & self.max_worker,
             "sequence": value & self.max_sequence,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..exceptions import InvalidCount, InvalidDefinition, InvalidName
+from ..exceptions import ConfigurationError, InvalidCount, InvalidDefinition, InvalidName
 
 #: Longest sequence name; counter-row keys add suffixes (period, shard) and stay within 191
 #: characters, the longest MySQL/MariaDB index on utf8mb4 that every version accepts.
@@ -37,6 +37,17 @@ def check_name(name: object) -> str:
             f"and must start with a letter or digit."
         )
     return name
+
+
+def check_using(using: object) -> str | None:
+    """Return ``using`` if it can be a database alias (a str, or None for the default), else
+    raise :class:`ConfigurationError` (as an alias that is not a key of ``DATABASES`` does)."""
+    if using is not None and not isinstance(using, str):
+        raise ConfigurationError(
+            f"using={using!r} is not a key of DATABASES: pass a database alias (a str) or None "
+            f"for the default, not {type(using).__name__}."
+        )
+    return using
 
 
 def check_count(count: object, maximum: int) -> int:
