@@ -8,16 +8,22 @@ import io
 import json
 import os
 import re
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
+from http.client import HTTPConnection
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
-from django.db import OperationalError, connections
+from django.db import OperationalError, connection, connections
 from django.test import Client, override_settings
 from django.utils import timezone
 
@@ -731,6 +737,87 @@ def test_regression_chunked_body_was_silently_ignored(api: Client) -> None:
         assert "100 bytes" in message
         assert_for_http_clients(message)
     assert post(api, "/ids/order/values").json()["values"] == [6]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def gunicorn() -> Iterator[str]:
+    """A gunicorn (1 gthread worker) serving the test project on this run's test database, on
+    a free loopback port: its ``host:port``. Stopped (SIGTERM, then SIGKILL) afterwards."""
+    exe = Path(sys.executable).with_name("gunicorn")
+    if not exe.exists():
+        pytest.skip("gunicorn is not installed (the 'dev' extra has it)")
+    port = free_port()
+    env = {**os.environ, "DJANGO_SEQUENCES_TEST_DB": connection.settings_dict["NAME"]}
+    root = Path(__file__).resolve().parent.parent
+    args = [str(exe), "-b", f"127.0.0.1:{port}", "-w", "1", "-k", "gthread", "-t", "30"]
+    proc = subprocess.Popen(
+        [*args, "tests.wsgi_app:application"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    _, err = proc.communicate()
+                    raise AssertionError(
+                        f"gunicorn did not start: {err.decode()[-2000:]}"
+                    ) from None
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_regression_chunked_body_was_silently_ignored_under_gunicorn(gunicorn: str) -> None:
+    """Finding 7 under a real WSGI server: gunicorn decodes a chunked body and sets
+    ``wsgi.input_terminated``; the API reads it (``{"count": 5}`` issued 1 value before)."""
+    Sequence.objects.define("order", step=1000)
+    _, token = make_token("*")
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def send(path: str, body: Any, method: str = "POST") -> tuple[int, dict[str, Any], str]:
+        conn = HTTPConnection(gunicorn, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            r = conn.getresponse()
+            return r.status, json.loads(r.read()), r.getheader("Transfer-Encoding") or ""
+        finally:
+            conn.close()
+
+    # an iterable body and no Content-Length: http.client sends it chunked
+    status, body, _ = send("/ids/order/values", iter([b'{"cou', b'nt": 5}']))
+    assert status == 200, body
+    assert body["values"] == [1, 2, 3, 4, 5]
+    status, body, _ = send("/ids/order/values/", iter([b'{"count": 0}']))
+    assert status == 400 and body["error"]["code"] == "bad_request"
+    status, body, _ = send("/ids/order/values", iter([b"[" * 50_000, b"]" * 50_000]))
+    assert status == 400 and "nest" in body["error"]["message"]
+    status, body, _ = send("/ids/order%0A/values", b"")
+    assert status == 404 and body["error"]["code"] == "not_found"
+    status, body, _ = send("/ids/order/values", b"", method="BREW")
+    assert status == 405 and body["error"]["code"] == "method_not_allowed"
+    status, body, _ = send("/ids/order/values", b'{"count": 2}')  # with Content-Length
+    assert body["values"] == [6, 7]
 
 
 @pytest.mark.parametrize(
