@@ -53,7 +53,8 @@ def test_default_layout() -> None:
     layout = Layout.from_options({})
     assert layout == Layout("ms", 1_704_067_200_000, 41, 10, 12)
     assert layout.epoch_datetime == datetime(2024, 1, 1, tzinfo=UTC)
-    assert layout.overflow_datetime.year == 2093
+    assert layout.overflow_datetime is not None and layout.overflow_datetime.year == 2093
+    assert Layout("s", 1_704_067_200).overflow_datetime is None  # 2**41 s: after 9999
     assert (layout.max_worker, layout.max_sequence) == (1023, 4095)
 
 

@@ -410,3 +410,70 @@ def test_local_counter_threads_spawned_and_forked_processes() -> None:
         assert r == sorted(r)
     used = check_worker_spans("ts", [mine, *children])
     assert used[explain("ts", first)["worker_id"]] == [0]
+
+
+# --- issue 11, finding 10: the local counter never goes below numbers already issued --------
+
+
+@pytest.fixture(params=["database", "redis"])
+def local_ts(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A ``counter="local"`` sequence (one worker digit) on each worker store."""
+    store = request.param
+    found = unique_name("tsl")
+    Sequence.objects.define(
+        found,
+        strategy="timestamp",
+        options={"counter": "local", "worker_digits": 1, "worker_store": store},
+    )
+    yield found
+    leases.shutdown()
+    if store == "redis":
+        redis = leases.RedisWorkerStore("sequences")
+        c = redisconn.client("sequences")
+        for key in c.scan_iter(match=f"{redis.prefix(found)}*"):
+            c.delete(key)
+
+
+HOUR = 3600.0
+
+
+@db
+@pytest.mark.parametrize("first_exits", [False, True], ids=["running", "exited"])
+def test_regression_local_restart_on_a_clock_an_hour_behind_issued_lower_numbers(
+    local_ts: str, first_exits: bool
+) -> None:
+    """Issue 11, finding 10: a process started on a clock 1 h behind got a never-used worker id
+    (whose own ``last_timestamp`` said nothing) and issued numbers about 1 h lower than numbers
+    another process had issued. The ids of a sequence now share a floor: the new process waits
+    up to the tolerance, then refuses with ClockMovedBackwards and issues nothing."""
+    first = build(local_ts, clock_at(AT))
+    issued = [first.next(), *first.take(3)]
+    if first_exits:
+        first.close()  # a clean exit records the last second used
+    behind = clock_at(AT, 0.25 - HOUR)
+    late = build(local_ts, behind)
+    with pytest.raises(ClockMovedBackwards, match="ms behind"):
+        late.next()
+    with pytest.raises(ClockMovedBackwards):
+        late.take(2)
+    assert late.status().issued == 0 and behind.sleeps == []
+    # once its clock is right it issues, above everything issued before it started
+    behind.set_wall(AT.timestamp() + 1.5)
+    assert late.next() > max(issued)
+
+
+@db
+@pytest.mark.parametrize("first_exits", [False, True], ids=["running", "exited"])
+def test_local_a_clock_behind_the_sequence_within_the_tolerance_is_waited_out(
+    local_ts: str, first_exits: bool
+) -> None:
+    first = build(local_ts, clock_at(AT))
+    a = first.next()
+    if first_exits:
+        first.close()  # id 0 records 05:06:07
+    clock = clock_at(AT, -0.003)  # 3 ms before 05:06:07: within the 5 ms tolerance
+    again = build(local_ts, clock)
+    b = again.next()
+    assert again.worker_id == 1  # id 0 is live, or used up to 05:06:07: a new id
+    assert b == a + 1 * 10**5  # 05:06:07, worker 1, counter 1
+    assert clock.sleeps == [pytest.approx(0.003, abs=0.0001)]

@@ -104,6 +104,28 @@ def test_ids_whose_last_timestamp_is_behind_the_clock_come_first() -> None:
     assert g is not None and (g.worker_id, g.floor) == (1, 50)
 
 
+def test_the_shared_floor_of_a_namespace_on_the_database_store() -> None:
+    """Asked for (``shared_cap``), an acquisition also reads the latest tick the namespace's
+    ids reached: a released id's last tick, a leased or expired id's bound less the window
+    (now_tick - ahead); ticks at or over the cap (another unit's) are ignored."""
+    m = WorkerLease.objects
+    assert m.acquire("ns", 3, owner=A, ttl=30, now_tick=0, ahead=0).shared == -1  # type: ignore[union-attr]
+    a = m.acquire("ns", 3, owner=A, ttl=30, now_tick=100, ahead=102, shared_cap=10**6)
+    assert a is not None and a.shared == 0 - 2  # id 0 (bound 0, leased) less the window
+    b = m.acquire("ns", 3, owner=B, ttl=30, now_tick=90, ahead=92, shared_cap=10**6)
+    assert b is not None and b.worker_id == 2 and b.shared == 102 - 2  # a's bound less 2
+    assert m.release("ns", b.worker_id, owner=B, version=b.token, last=150)  # used up to 150
+    c = m.acquire("ns", 3, owner=C, ttl=30, now_tick=90, ahead=92, shared_cap=10**6)
+    assert c is not None and c.worker_id == 3 and c.shared == 150
+    m.filter(worker_id=3).update(last_timestamp=1_780_000_000_000)  # a ms tick: ignored
+    d = m.acquire("other", 3, owner=C, ttl=30, now_tick=5, ahead=7, shared_cap=10**6)
+    assert d is not None and d.shared == -1  # namespaces are apart
+    m.filter(namespace="ns", worker_id__in=[0, 1]).update(owner_uuid="", expires_at=None)
+    e = m.acquire("ns", 3, owner="e" * 32, ttl=30, now_tick=200, ahead=202, shared_cap=10**6)
+    assert e is not None and e.shared == 150
+    assert m.acquire("ns", 3, owner="f" * 32, ttl=30, now_tick=200, ahead=202).shared == -1  # type: ignore[union-attr]
+
+
 def test_a_host_whose_clock_is_a_day_ahead_cannot_take_a_live_lease() -> None:
     """Expiry is the database's business: a skewed host clock changes nothing."""
     Sequence.objects.define("sf", strategy="snowflake", options={"worker_bits": 0})
@@ -316,6 +338,26 @@ def test_redis_store_acquire_renew_release_and_expiry(
     assert store.release(ns, 0, A, a.token, 35)
     d = store.acquire(ns, 1, "d" * 32, 30, now_tick=50, ahead=55)
     assert d is not None and (d.worker_id, d.floor, d.bound) == (0, 35, 55)
+
+
+def test_the_shared_floor_of_a_namespace_on_the_redis_store(
+    redis_ns: tuple[leases.RedisWorkerStore, str],
+) -> None:
+    store, ns = redis_ns
+    a = store.acquire(ns, 3, A, 30, now_tick=100, ahead=102, shared_cap=10**6)
+    assert a is not None and (a.worker_id, a.shared) == (0, -1)  # nothing known yet
+    b = store.acquire(ns, 3, B, 30, now_tick=90, ahead=92, shared_cap=10**6)
+    assert b is not None and (b.worker_id, b.shared) == (1, 102 - 2)  # a's bound less 2
+    assert store.release(ns, 1, B, b.token, 150)  # used up to 150
+    c = store.acquire(ns, 3, C, 30, now_tick=200, ahead=202, shared_cap=10**6)
+    assert c is not None and (c.worker_id, c.shared) == (1, 150)  # id 1 is behind: first
+    c2 = store.acquire(ns, 3, "d" * 32, 30, now_tick=5, ahead=7)
+    assert c2 is not None and (c2.worker_id, c2.shared) == (2, -1)  # not asked: not read
+    redisconn.client("sequences").set(f"{store.prefix(ns)}3:last", 1_780_000_000_000)
+    assert store.acquire(ns, 3, "e" * 32, 30, now_tick=5, ahead=7, shared_cap=10**6) is not None
+    assert store.release(ns, 0, A, a.token, 120)
+    f = store.acquire(ns, 3, "f" * 32, 30, now_tick=300, ahead=302, shared_cap=10**6)
+    assert f is not None and (f.worker_id, f.shared) == (0, 202 - 2)  # c's bound: the latest
 
 
 def test_snowflake_on_the_redis_store_across_forked_processes() -> None:

@@ -61,6 +61,10 @@ LOCK_FREE: bool = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 #: The persisted bound runs this far ahead of the clock (capped at half the lease TTL).
 AHEAD_SECONDS = 1.0
 
+#: 10000-01-01 in nanoseconds since the Unix epoch: no tick of a clock in the generator's unit
+#: reaches it (a persisted tick at or past it was written in a finer unit).
+_YEAR_10000_NS = 253_402_300_800 * 10**9
+
 
 @dataclass(frozen=True)
 class Grant:
@@ -73,6 +77,10 @@ class Grant:
     """The ``last_timestamp`` we wrote: we may issue up to this tick."""
     deadline: float
     """Monotonic time (of the generator's clock) after which we must not issue."""
+    shared: int = -1
+    """The sequence's floor, when the generator asked for it (``shared_floor``): the latest
+    tick the namespace's worker ids had reached (see ``WorkerSlot.acquire``); we issue only in
+    ticks at or after it. -1: none."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,10 @@ class Slot(Protocol):
     max_worker: int
     ttl: float
 
-    def acquire(self, now_tick: int, ahead: int) -> Grant:
-        """Take a free or expired id; raise ``WorkerLeaseLost`` when every id is held."""
+    def acquire(self, now_tick: int, ahead: int, *, shared_cap: int | None = None) -> Grant:
+        """Take a free or expired id; raise ``WorkerLeaseLost`` when every id is held. With
+        ``shared_cap``, also find the sequence's floor (``Grant.shared``), ignoring ticks at or
+        above the cap (another unit's)."""
         ...
 
     def renew(self, ahead: int) -> Renewal | None:
@@ -152,6 +162,11 @@ class LeasedTickGenerator:
     strategy: str = ""
     #: Run every step under ``_lock`` (needed for all-or-nothing batches); set on a subclass.
     locked: ClassVar[bool] = False
+    #: Never issue in a tick before the latest one the sequence's other worker ids had reached
+    #: when this process took its id (``Grant.shared``): a process started on a clock behind
+    #: waits up to the tolerance, then raises ``ClockMovedBackwards``. Set on a subclass whose
+    #: values must not go below values already issued (timestamp, ``counter="local"``).
+    shared_floor: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -186,6 +201,7 @@ class LeasedTickGenerator:
             self._ns, self._mono = _WallNs(clock), clock.monotonic
         window_s = min(AHEAD_SECONDS, slot.ttl / 2)
         self._window = max(1, int(window_s * 1e9) // unit_ns)
+        self._shared_cap = _YEAR_10000_NS // unit_ns if self.shared_floor else None
         self._init_state()
         forking.register(self)
 
@@ -197,6 +213,7 @@ class LeasedTickGenerator:
         self._deadline = -math.inf
         self._ahead = -1
         self._soft = -1
+        self._start = -1  # the sequence's floor (shared_floor): no tick before it
         self._pos = 0  # locked mode: the next counter of the current tick
         self._issued = 0
         self._acquisitions = 0
@@ -282,6 +299,8 @@ class LeasedTickGenerator:
                     action = _LEASE
                 elif t < st[0]:
                     action, pause = _BACK, (st[0] * self._unit_ns - ns) / 1e9
+                elif t < self._start:  # behind a tick the sequence reached: as a clock back
+                    action, pause = _BACK, (self._start * self._unit_ns - ns) / 1e9
                 elif t == st[0]:
                     got = self._from_current(st, count)
                     if got is not None:
@@ -391,7 +410,7 @@ class LeasedTickGenerator:
                     self.name,
                 )
             try:
-                g = self._slot.acquire(t, t + self._window)
+                g = self._slot.acquire(t, t + self._window, shared_cap=self._shared_cap)
             except BackendUnavailable as exc:
                 self._last_error = str(exc)
                 raise
@@ -407,6 +426,7 @@ class LeasedTickGenerator:
         self._retire(self._st)
         self._worker = g.worker_id
         self._st = self._sentinel(max(self._st[0], g.floor))
+        self._start = g.shared
         self._set_bound(g.bound, g.deadline)
 
     def _install_renewal(self, r: Renewal) -> None:

@@ -167,6 +167,7 @@ class LocalTimestampGenerator(LeasedTickGenerator):
 
     strategy = "timestamp"
     locked = True  # batches are all or nothing
+    shared_floor = True  # never below numbers other processes issued before this one started
 
     def __init__(self, name: str, layout: TimestampLayout, slot: Slot, **kwargs: Any) -> None:
         self.layout = layout

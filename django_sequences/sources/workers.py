@@ -65,6 +65,20 @@ class StoreGrant:
     """What proves the lease is still ours: the row's version, or the Redis owner value."""
     floor: int
     bound: int
+    shared: int = -1
+    """The sequence's floor (asked for with ``shared_cap``), see :func:`shared_floor`."""
+
+
+def shared_floor(rows: list[tuple[int, bool]], window: int, cap: int) -> int:
+    """The latest tick the worker ids of a namespace had reached, from each id's
+    ``(last_timestamp, is_bound)``. ``is_bound``: the tick is a bound its owner persisted
+    ahead of its clock by ``window`` (an id leased now, or whose lease expired), so the owner's
+    clock had reached the tick less ``window``; otherwise it is the last tick used (an id
+    released at a clean exit). Ticks at or above ``cap`` were written in a finer unit (the
+    namespace's sequence was once another strategy) and are ignored. -1 when nothing is
+    known."""
+    seen = [last - window if is_bound else last for last, is_bound in rows if last < cap]
+    return max(seen, default=-1)
 
 
 # --- the database store ----------------------------------------------------------------------
@@ -111,12 +125,15 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
         ttl: float,
         now_tick: int = 0,
         ahead: int = 0,
+        shared_cap: int | None = None,
         using: str | None = None,
     ) -> StoreGrant | None:
         """Take a free or expired worker id of ``namespace``; None when all are held.
 
         ``now_tick`` is the caller's clock in its units: ids whose ``last_timestamp`` is not
         ahead of it come first. ``last_timestamp`` becomes ``max(last_timestamp, ahead)``.
+        With ``shared_cap``, the grant carries the namespace's :func:`shared_floor` as read
+        in the same round trip.
         """
         from ..conf import app_settings
         from ..managers import _on_private
@@ -129,7 +146,9 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
             found, contended = _on_private(
                 alias,
                 f"worker id of {namespace}",
-                lambda w: self._acquire_on(w, namespace, max_worker, owner, ttl, now_tick, ahead),
+                lambda w: self._acquire_on(
+                    w, namespace, max_worker, owner, ttl, now_tick, ahead, shared_cap
+                ),
             )
             if found is not None or not contended:
                 return found
@@ -148,6 +167,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
         ttl: float,
         now_tick: int,
         ahead: int,
+        shared_cap: int | None = None,
     ) -> tuple[StoreGrant | None, bool]:
         from ..managers import _insert, _select
 
@@ -161,11 +181,14 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
         held: set[int] = set()
         ready: list[tuple[int, int, int]] = []
         behind: list[tuple[int, int, int]] = []
+        seen: list[tuple[int, bool]] = []
         for worker_id, expires_at, version, last in rows:
             held.add(worker_id)
+            seen.append((last, expires_at is not None))  # a bound unless released
             if expires_at is None or expires_at <= now:
                 (ready if last <= now_tick else behind).append((worker_id, version, last))
         behind.sort(key=lambda r: r[2])
+        shared = -1 if shared_cap is None else shared_floor(seen, ahead - now_tick, shared_cap)
         fields = {
             "owner_uuid": owner,
             "owner_host": _HOST,
@@ -184,7 +207,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
             )
             values = {**fields, "last_timestamp": bound, "version": version + 1}
             if _update(w, qs, values) == 1:
-                return StoreGrant(worker_id, version + 1, last, bound)
+                return StoreGrant(worker_id, version + 1, last, bound, shared)
             contended = True
             return None
 
@@ -206,7 +229,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
                 if tried >= 16:
                     break
                 continue
-            return StoreGrant(worker_id, 1, 0, ahead), contended
+            return StoreGrant(worker_id, 1, 0, ahead, shared), contended
         for row in behind:
             if (g := take(*row)) is not None:
                 return g, contended
@@ -344,7 +367,15 @@ class WorkerStore(Protocol):
     kind: str
 
     def acquire(
-        self, namespace: str, max_worker: int, owner: str, ttl: float, now_tick: int, ahead: int
+        self,
+        namespace: str,
+        max_worker: int,
+        owner: str,
+        ttl: float,
+        now_tick: int,
+        ahead: int,
+        *,
+        shared_cap: int | None = None,
     ) -> StoreGrant | None: ...
 
     def renew(
@@ -371,7 +402,15 @@ class DatabaseWorkerStore:
         self.alias = alias
 
     def acquire(
-        self, namespace: str, max_worker: int, owner: str, ttl: float, now_tick: int, ahead: int
+        self,
+        namespace: str,
+        max_worker: int,
+        owner: str,
+        ttl: float,
+        now_tick: int,
+        ahead: int,
+        *,
+        shared_cap: int | None = None,
     ) -> StoreGrant | None:
         return _leases().acquire(
             namespace,
@@ -380,6 +419,7 @@ class DatabaseWorkerStore:
             ttl=ttl,
             now_tick=now_tick,
             ahead=ahead,
+            shared_cap=shared_cap,
             using=self.alias,
         )
 
@@ -401,25 +441,38 @@ class DatabaseWorkerStore:
 # --- the Redis store -------------------------------------------------------------------------
 
 # KEYS[1]: key prefix; the lease of id i is prefix..i, its last_timestamp prefix..i..':last'.
-# ARGV: owner, ttl (ms), max worker id, now tick, ahead.
-# Returns nil when every id is held, else {id, floor, bound}.
+# ARGV: owner, ttl (ms), max worker id, now tick, ahead, shared cap ('' for none).
+# Returns nil when every id is held, else {id, floor, bound, shared}. With a shared cap every
+# id is read for the shared floor (as shared_floor() computes it; a live id's last is a bound,
+# a free id's is taken as a tick used: Redis cannot tell a released id from an expired one);
+# without, the scan stops at the first id that is free and not ahead of the clock.
 _ACQUIRE = """
 local prefix = KEYS[1]
 local now = tonumber(ARGV[4])
-local best, best_last, best_raw = -1, nil, nil
+local cap = tonumber(ARGV[6])
+local window = tonumber(ARGV[5]) - now
+local best, best_last, best_raw, ready = -1, nil, nil, false
+local shared = -1
 for i = 0, tonumber(ARGV[3]) do
   local key = prefix .. i
-  if redis.call('EXISTS', key) == 0 then
+  local live = redis.call('EXISTS', key) == 1
+  if cap or not live then
     local raw = redis.call('GET', key .. ':last') or '0'
     local last = tonumber(raw)
-    if last <= now then
-      best, best_last, best_raw = i, last, raw
-      break
+    if cap and redis.call('EXISTS', key .. ':last') == 1 and last < cap then
+      local seen = last
+      if live then seen = last - window end
+      if seen > shared then shared = seen end
     end
-    if best_last == nil or last < best_last then
-      best, best_last, best_raw = i, last, raw
+    if not live and not ready then
+      if last <= now then
+        best, best_last, best_raw, ready = i, last, raw, true
+      elseif best_last == nil or last < best_last then
+        best, best_last, best_raw = i, last, raw
+      end
     end
   end
+  if ready and not cap then break end
 end
 if best < 0 then return nil end
 local key = prefix .. best
@@ -427,7 +480,7 @@ redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2])
 local bound = ARGV[5]
 if best_last > tonumber(ARGV[5]) then bound = best_raw end
 redis.call('SET', key .. ':last', bound)
-return {best, best_raw, bound}
+return {best, best_raw, bound, shared}
 """
 
 # KEYS[1]: the lease key. ARGV: owner, ttl (ms), bound. 1 when renewed, 0 when not ours.
@@ -465,17 +518,26 @@ class RedisWorkerStore:
         return redisconn.make_key(self.alias, f"django_sequences:workers:{{{namespace}}}:")
 
     def acquire(
-        self, namespace: str, max_worker: int, owner: str, ttl: float, now_tick: int, ahead: int
+        self,
+        namespace: str,
+        max_worker: int,
+        owner: str,
+        ttl: float,
+        now_tick: int,
+        ahead: int,
+        *,
+        shared_cap: int | None = None,
     ) -> StoreGrant | None:
-        args = [owner, max(1, int(ttl * 1000)), max_worker, now_tick, ahead]
+        cap = "" if shared_cap is None else shared_cap
+        args = [owner, max(1, int(ttl * 1000)), max_worker, now_tick, ahead, cap]
         prefix = self.prefix(namespace)
         got = self.store.run(
             "acquiring a worker id under", prefix, lambda c: self._acquire(c, [prefix], args)
         )
         if got is None:
             return None
-        worker_id, floor, bound = (int(x) for x in got)
-        return StoreGrant(worker_id, owner, floor, bound)
+        worker_id, floor, bound, shared = (int(x) for x in got)
+        return StoreGrant(worker_id, owner, floor, bound, shared)
 
     def renew(
         self, namespace: str, worker_id: int, owner: str, token: Any, ttl: float, bound: int
@@ -529,10 +591,20 @@ class WorkerSlot:
         self._floor = 0
         self._bound = 0
 
-    def acquire(self, now_tick: int, ahead: int) -> Grant:
+    def acquire(self, now_tick: int, ahead: int, *, shared_cap: int | None = None) -> Grant:
+        """Take an id. With ``shared_cap``, ``Grant.shared`` is the namespace's
+        :func:`shared_floor`, read in the same round trip."""
         owner = uuid.uuid4().hex
         t0 = self._mono()
-        g = self.store.acquire(self.namespace, self.max_worker, owner, self.ttl, now_tick, ahead)
+        g = self.store.acquire(
+            self.namespace,
+            self.max_worker,
+            owner,
+            self.ttl,
+            now_tick,
+            ahead,
+            shared_cap=shared_cap,
+        )
         if g is None:
             raise WorkerLeaseLost(
                 f"Sequence {self.namespace!r}: all {self.max_worker + 1} worker ids are held by "
@@ -542,7 +614,7 @@ class WorkerSlot:
             )
         self.worker_id, self._owner, self._token = g.worker_id, owner, g.token
         self._floor, self._bound = g.floor, g.bound
-        return Grant(g.worker_id, g.floor, g.bound, t0 + self.ttl - self.margin)
+        return Grant(g.worker_id, g.floor, g.bound, t0 + self.ttl - self.margin, g.shared)
 
     def renew(self, ahead: int) -> Renewal | None:
         if self.worker_id is None:
