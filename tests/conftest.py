@@ -1,12 +1,47 @@
 from __future__ import annotations
 
+import os
+import platform
 from collections.abc import Callable, Iterator
 
+import django
 import pytest
 from django.db import connection
 
 from django_sequences import registry
 from django_sequences.sources import connections as lease_connections
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    versions = f"Django {django.get_version()} on Python {platform.python_version()}"
+    return f"django_sequences: {versions}, DB={os.environ.get('DB', 'sqlite')}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to run under another Django than the tox environment's name claims (pip may
+    upgrade it to satisfy a dependency: django-redis 7 needs Django >= 5.2), and hash test
+    passwords with a fast hasher (pytest-django's ``admin_client`` makes a user per test; the
+    default PBKDF2 takes half a second each)."""
+    expected = os.environ.get("DJANGO_SEQUENCES_EXPECT_DJANGO")
+    running = "{}.{}".format(*django.VERSION[:2])
+    if expected and expected != running:
+        raise pytest.UsageError(
+            f"This environment claims Django {expected} but Django {django.get_version()} is "
+            f"installed: pin it in tox.ini (a dependency may have upgraded it)."
+        )
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """``pytest -m slow -k …`` (tox's second pass with a narrowing argument) may select no
+    test: that is not a failure of the run."""
+    if (
+        exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED
+        and session.config.option.markexpr == "slow"
+    ):
+        session.exitstatus = pytest.ExitCode.OK
 
 
 @pytest.fixture(autouse=True)
