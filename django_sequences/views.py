@@ -23,7 +23,10 @@ import socket
 from dataclasses import asdict
 from typing import Any
 
+from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
+from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
 from . import registry
@@ -38,6 +41,7 @@ from .http import (
     error_response,
     has_query,
     json_body,
+    message_for,
     short,
 )
 from .numbers import issuer, next_numbers
@@ -157,6 +161,51 @@ def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
         f"No endpoint at {short(request.path, 120)}. The endpoints are POST <name>/values, "
         f"POST <name>/numbers, GET <name>/explain/<value> and GET <name>/status.",
     )
+
+
+# --- the site's error pages, as JSON under the API's prefix -------------------------------------
+#
+# Django answers some requests before any view runs (a malformed Host header: DisallowedHost
+# in the middleware), or after a middleware failed, with the root URLconf's handler400/403/
+# 404/500. Point those at these functions (docs/http.md, "Serving it"): under the API's prefix
+# they answer JSON; elsewhere the site's own pages as before.
+
+
+def _in_api(request: HttpRequest) -> bool:
+    """Whether ``request``'s path is under the prefix the API's URLs are mounted at."""
+    try:
+        match = resolve(request.path_info, getattr(request, "urlconf", None))
+    except (Resolver404, ValueError, TypeError):
+        return False
+    return "django_sequences" in match.app_names
+
+
+def handler400(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not _in_api(request):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, DisallowedHost):
+        message = "The Host header names no site this server answers for; check the URL."
+    else:
+        message = message_for(exception)
+    return error_response(400, "bad_request", message)
+
+
+def handler403(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not _in_api(request):
+        return defaults.permission_denied(request, exception)
+    return error_response(403, "forbidden", "The server refused this request.")
+
+
+def handler404(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not _in_api(request):
+        return defaults.page_not_found(request, exception)
+    return not_found(request)
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if not _in_api(request):
+        return defaults.server_error(request)
+    return error_response(500, "internal", "An unexpected error; the server log has the details.")
 
 
 def _sibling(request: HttpRequest, endpoint: str) -> str:

@@ -114,9 +114,11 @@ def api() -> Client:
     return client_for(make_token("*")[1])
 
 
-def post(client: Client, url: str, body: object = None, *, raw: str | None = None) -> Any:
+def post(
+    client: Client, url: str, body: object = None, *, raw: str | None = None, **extra: Any
+) -> Any:
     data = raw if raw is not None else ("" if body is None else json.dumps(body))
-    return client.post(url, data=data, content_type="application/json")
+    return client.post(url, data=data, content_type="application/json", **extra)
 
 
 def error_of(response: Any, status: int) -> tuple[str, str]:
@@ -915,3 +917,17 @@ def test_regression_library_errors_gave_python_advice(
     assert_for_http_clients(message)
     Gate.error = None
     assert post(api, "/ids/order/values").json()["values"] == [1]
+
+
+@pytest.mark.parametrize("host", ["a b", "[::1", "exa_mple.com:80"])
+def test_regression_malformed_host_header_got_an_html_400(api: Client, host: str) -> None:
+    """Django refuses a malformed Host header in the middleware, before any view, with the
+    site's HTML 400. The test project (and docs/http.md) points handler400/403/404/500 at
+    views that answer JSON under the API's prefix and the site's own pages elsewhere."""
+    Sequence.objects.define("order")
+    code, message = error_of(post(api, "/ids/order/values", HTTP_HOST=host), 400)
+    assert code == "bad_request" and "Host header" in message
+    assert_for_http_clients(message)
+    outside = Client().get("/admin/login/", HTTP_HOST=host)
+    assert outside.status_code == 400 and outside["Content-Type"].startswith("text/html")
+    assert next_value("order") == 1

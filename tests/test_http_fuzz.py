@@ -83,10 +83,11 @@ class Api:
         auth: str | None = "star",
         content_type: str = "application/json",
         transfer: str = "length",
+        host: str = "testserver",
     ) -> Any:
         """One request, checked: JSON, no 5xx, a documented error, nothing consumed by a
         refusal, no value twice. Returns the response."""
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"HTTP_HOST": host}
         token = {"star": self.star, "scoped": self.scoped}.get(auth or "", auth)
         if token:
             extra["HTTP_AUTHORIZATION"] = f"Bearer {token}" if auth in ("star", "scoped") else auth
@@ -275,6 +276,7 @@ content_types = st.sampled_from(
     ]
 )
 transfers = st.sampled_from(["length", "length", "chunked", "unterminated"])
+hosts = st.sampled_from(["testserver"] * 8 + ["a b", "[::1", "exa_mple.com", ""])
 
 
 # --- the tests ---------------------------------------------------------------------------------
@@ -282,12 +284,27 @@ transfers = st.sampled_from(["length", "length", "chunked", "unterminated"])
 
 @settings(FUZZ, max_examples=300)
 @given(
-    method=methods, path=paths(), body=bodies, auth=auths, ctype=content_types, transfer=transfers
+    method=methods,
+    path=paths(),
+    body=bodies,
+    auth=auths,
+    ctype=content_types,
+    transfer=transfers,
+    host=hosts,
 )
 def test_any_request_is_answered_json_and_a_refusal_consumes_nothing(
-    api: Api, method: str, path: str, body: bytes, auth: str | None, ctype: str, transfer: str
+    api: Api,
+    method: str,
+    path: str,
+    body: bytes,
+    auth: str | None,
+    ctype: str,
+    transfer: str,
+    host: str,
 ) -> None:
-    api.send(method, path, body, auth=auth, content_type=ctype, transfer=transfer)
+    """Anything at all under the prefix: the method, path, query, body, content type, transfer,
+    token and Host header all drawn."""
+    api.send(method, path, body, auth=auth, content_type=ctype, transfer=transfer, host=host)
 
 
 @FUZZ
