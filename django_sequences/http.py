@@ -185,9 +185,12 @@ def message_for(exc: BaseException) -> str:
             f"case-sensitive), or ask {ADMIN} to define it."
         )
     if isinstance(exc, SequenceExhausted):
+        # raised for a sequence at its max_value, a batch larger than what is left below it
+        # and a value its numbers' fixed width cannot show (that value is a gap)
         return (
-            f"Sequence {exc.name!r} reached its max_value {exc.limit} and issues no more "
-            f"values; ask {ADMIN} to raise its max_value. Nothing was issued."
+            f"Sequence {exc.name!r} is exhausted at {exc.limit} (its max_value, or the largest "
+            f"value its numbers show) and does not cycle. If you asked for several, ask for "
+            f"fewer; else ask {ADMIN} to raise the limit."
         )
     if isinstance(exc, LeaseContention):
         return (
@@ -252,6 +255,9 @@ def error_for(exc: BaseException) -> HttpResponse:
             if status >= 500:
                 level = logging.ERROR if status == 500 else logging.WARNING
                 log.log(level, "HTTP API: %s: %s", type(exc).__name__, exc)
+            elif not isinstance(exc, SequenceError | SuspiciousOperation):
+                # a ValueError from below the library: the client is told only its type
+                log.warning("HTTP API: refused with %s: %s", type(exc).__name__, exc)
             return error_response(status, code, message_for(exc), headers)
     if isinstance(exc, ConfigurationError):
         log.error("HTTP API: %s", exc)

@@ -881,7 +881,7 @@ def test_regression_messages_gave_python_advice(api: Client) -> None:
         (api.get("/ids/order/explain/5"), 400, "plain counters"),
     ]
     assert post(api, "/ids/small/values", {"count": 2}).status_code == 200
-    cases.append((post(api, "/ids/small/values"), 409, "max_value 2"))
+    cases.append((post(api, "/ids/small/values"), 409, "exhausted at 2"))
     with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=10):
         cases.append((post(api, "/ids/order/values", raw=" " * 20), 400, "10 bytes"))
     for response, status, says in cases:
@@ -898,7 +898,7 @@ def test_regression_messages_gave_python_advice(api: Client) -> None:
     [
         (LeaseContention("order", 5), 503, "Retry"),
         (ClockMovedBackwards("order", 1500.0, 1000.0), 503, "1500 ms"),
-        (SequenceExhausted("order", 99), 409, "max_value 99"),
+        (SequenceExhausted("order", 99), 409, "exhausted at 99"),
         (ConfigurationError("DJANGO_SEQUENCES['X'] must be an int"), 500, "misconfigured"),
         (InvalidDefinition("options['step'] must be positive"), 500, "definition"),
         (OperationalError("connection refused"), 503, "connection refused"),
