@@ -327,20 +327,21 @@ def test_context_from_model_like_attributes_and_mappings() -> None:
 @pytest.mark.parametrize(
     ("text", "context", "message"),
     [
-        ("{ctx.area}{seq}", None, "needs a context"),
-        ("{ctx.area}{seq}", {}, "no value 'area'"),
-        ("{ctx.a.b}{seq}", {"a": SimpleNamespace()}, "no value 'a.b'"),
-        ("{ctx.area}{seq}", {"area": None}, "no value"),
-        ("{ctx.area}{seq}", {"area": ""}, "empty"),
-        ("{ctx.area}{seq}", {"area": "a{b"}, "brace"),
-        ("{ctx.area}{seq}", {"area": "a\nb"}, "control"),
-        ("{ctx.area}{seq}", {"area": 1.5}, "str or int"),
-        ("{ctx.area}{seq}", {"area": True}, "str or int"),
+        ("{ctx.area}-{seq}", None, "needs the context value 'area', and no context was given"),
+        ("{ctx.area}-{seq}", {}, "no value 'area'"),
+        ("{ctx.a.b}-{seq}", {"a": SimpleNamespace()}, "no value 'a.b'"),
+        ("{ctx.area}-{seq}", {"area": None}, "no value"),
+        ("{ctx.area}-{seq}", {"area": ""}, "empty"),
+        ("{ctx.area}-{seq}", {"area": "a{b"}, "brace"),
+        ("{ctx.area}-{seq}", {"area": "a\nb"}, "control"),
+        ("{ctx.area}-{seq}", {"area": 1.5}, "a string or an integer"),
+        ("{ctx.area}-{seq}", {"area": True}, "a string or an integer"),
+        ("{ctx.area}-{seq}", {"area": "x" * 65}, "at most 64"),
         ("{ctx.area:3}{seq}", {"area": "ab"}, "not exactly 3"),
         ("{ctx.area:03}{seq}", {"area": 1000}, "does not fit 3 digits"),
         ("{ctx.area:03}{seq}", {"area": -1}, "does not fit"),
         ("{ctx.area:03}{seq}", {"area": "1a"}, "not a number"),
-        ("{ctx.area:digits}{seq}", {"area": "1a"}, "not all digits"),
+        ("{ctx.area:digits}-{seq}", {"area": "1a"}, "not all digits"),
     ],
 )
 def test_bad_context_values(text: str, context: Any, message: str) -> None:
@@ -679,10 +680,21 @@ class Region(CustomPart):
 
     max_length = 8
     min_length = 1
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
     def render(self, ctx: RenderContext) -> str:
         region = (ctx.context or {}).get("region") or self.arg
         return str(region).upper()
+
+
+class FreeText(CustomPart):
+    """Whatever the context says: a length that varies and no alphabet."""
+
+    max_length = 8
+    min_length = 1
+
+    def render(self, ctx: RenderContext) -> str:
+        return str((ctx.context or {}).get("text", "x"))
 
 
 class Letters(CustomPart):
@@ -741,7 +753,7 @@ def test_a_check_may_cover_a_digit_custom_part_that_runs_before_it() -> None:
 
 
 def test_custom_part_breaking_its_max_length_is_an_error() -> None:
-    t = compile("{seq}{custom:tests.test_template.TooLong}")
+    t = compile("{seq:05}{custom:tests.test_template.TooLong}")
     with pytest.raises(TemplateError, match="outside its declared"):
         t.render(1)
 
@@ -750,3 +762,169 @@ def test_render_context_get() -> None:
     ctx = RenderContext(1, at(2026, 1, 1), None, ["A", "1", None], 2, ("", "seq", "x"))
     assert ctx.get("seq") == "1"
     assert ctx.get("x") is None and ctx.get("nothing") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Templates whose numbers cannot be told apart (I9)
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "message"),
+    [
+        # a=12 with value 1 and a=1 with value 21 would both render "121"
+        ("{ctx.a}{seq}", 0, "{seq} after it has no fixed width either"),
+        ("{seq}{ctx.a}", 0, "{ctx.a} after it has no fixed width either"),
+        ("SO{ctx.a}{ctx.b}-{seq:05}", 2, "{ctx.b} after it"),
+        ("{seq:05,grow}{ctx.a:digits}", 0, "{ctx.a:digits} after it"),
+        ("{ctx.a:digits}1{seq}", 0, "'1'"),  # '1' is a digit: it cannot end {ctx.a:digits}
+        ("{seq:base36}A{ctx.a}", 0, "{ctx.a} after it"),  # A is a base-36 digit
+        ("{seq:base62}Za{ctx.a}", 0, "'Za' between them"),  # both are base-62 digits
+        ("{ctx.a}{ctx.b:2}-{seq}", 0, "{seq} after it"),  # {ctx.b:2} may hold the '-'
+        ("{seq:short}{ctx.a}", 0, "{ctx.a} after it"),
+        ("{custom:tests.test_template.FreeText}-{seq}", 0, "alphabet"),
+    ],
+)
+def test_regression_ambiguous_templates_are_refused(text: str, position: int, message: str) -> None:
+    with pytest.raises(TemplateError) as caught:
+        compile(text, key=KEY)
+    error = caught.value
+    assert message in str(error), str(error)
+    assert error.position == position, str(error)
+    assert error.template == text
+    assert f"\n  {text}\n  {' ' * position}^" in str(error)
+
+
+def test_regression_the_ambiguous_example_of_the_issue() -> None:
+    """Issue 11, finding 5: {ctx.a}{seq} rendered '121' for a=12, value 1 and a=1, value 21."""
+    with pytest.raises(TemplateError, match="could render the same number"):
+        compile("{ctx.a}{seq}")
+    t = compile("{ctx.a}-{seq}")  # the fix the message suggests
+    assert t.render(1, context={"a": 12}) != t.render(21, context={"a": 1})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{ctx.area:3}-{ctx.unit:4}-{seq:05}",
+        "SO{date:%Y%m%d}{seq:08}{check:luhn}",
+        "INV{date:%Y}-{seq:06}",
+        "{ctx.area}-{ctx.unit}-{seq:05}",
+        "SN-{seq}-{check:jd}",  # '-' only ever starts a plain {seq}, never follows its digits
+        "{seq}-{date}",
+        "{ctx.a:digits}{seq:05}",  # fixed-width parts up to the end: read from the right
+        "{ctx.a}{date:%Y%m%d}{seq:04}{check:luhn,date,seq}",
+        "{seq:base36}-{ctx.a}",
+        "{seq:05,grow}/{ctx.a:digits}-X",
+        "{ctx.a}SO-{seq}",  # ended by '-': 'S' and 'O' may appear in {ctx.a}
+        "{seq:short}-{seq2:3}".replace("{seq2:3}", "{ctx.b:3}"),
+        "{custom:tests.test_template.Weekday}{seq:04}{check:damm}",
+        "{region:cn}-{wd}{seq:04}",
+    ],
+)
+def test_templates_that_tell_numbers_apart_are_accepted(text: str) -> None:
+    parts: dict[str, str | type] = {"region": "tests.test_template.Region", "wd": Weekday}
+    compile(text, key=KEY, parts=parts)
+
+
+def test_regression_a_context_value_holding_its_separator_is_refused() -> None:
+    t = compile("{ctx.a}-{ctx.b}-{seq:05}", name="waybill")
+    assert t.render(1, context={"a": "x", "b": "y"}) == "x-y-00001"
+    # a='x-y', b='z' and a='x', b='y-z' would both render x-y-z-00001: {ctx.a} ends at the
+    # first '-', so it may not hold one; {ctx.b} is read from the right (a fixed width follows)
+    with pytest.raises(InvalidKey, match=r"'x-y' contains '-', which ends \{ctx.a\}"):
+        t.render(1, context={"a": "x-y", "b": "z"})
+    assert t.render(1, context={"a": "x", "b": "y-z"}) == "x-y-z-00001"
+    assert t.parse("x-y-00001") == {"ctx.a": "x", "ctx.b": "y", "seq": 1}
+    assert t.parse("x-y-z-00001") == {"ctx.a": "x", "ctx.b": "y-z", "seq": 1}
+    # a fixed width, or a separator a part never renders, needs no such rule
+    assert compile("{ctx.a:3}-{seq}").render(1, context={"a": "a-b"}) == "a-b-1"
+    assert compile("{ctx.a}-{seq:02}").render(1, context={"a": "a-b"}) == "a-b-01"
+
+
+# Parts drawn to build templates: some variable-width, some fixed, small alphabets so that
+# collisions are likely whenever a template is ambiguous.
+_PART_CHOICES = [
+    "{seq}",
+    "{seq:02}",
+    "{seq:02,grow}",
+    "{seq:base36}",
+    "{ctx.a}",
+    "{ctx.b}",
+    "{ctx.a:2}",
+    "{ctx.b:digits}",
+    "{ctx.a:02}",
+    "{date:%y}",
+    "-",
+    "1",
+    "A",
+    "/",
+    "-1",
+]
+_CONTEXT_TEXT = st.text("1A-/", min_size=1, max_size=3)
+_CONTEXT_VALUE = st.one_of(_CONTEXT_TEXT, st.integers(0, 120))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(_PART_CHOICES), min_size=1, max_size=5),
+    st.integers(0, 40),
+    st.data(),
+)
+def test_regression_accepted_templates_render_distinct_numbers(
+    pieces: list[str], seq_at: int, data: st.DataObject
+) -> None:
+    """I9: for every template compile accepts, distinct (context, value) pairs render distinct
+    numbers, and each number parses back to its own context and value."""
+    seqs = [p for p in pieces if p.startswith("{seq")]
+    if not seqs:
+        pieces.insert(seq_at % (len(pieces) + 1), "{seq}")
+    elif len(seqs) > 1:
+        first = pieces.index(seqs[0])
+        pieces = [p for i, p in enumerate(pieces) if i == first or not p.startswith("{seq")]
+    text = "".join(pieces)
+    try:
+        t = compile(text)
+    except TemplateError as exc:
+        assert exc.template == text
+        return
+    now = 1_790_000_000.0
+    seen: dict[str, tuple[Any, ...]] = {}
+    for _ in range(12):
+        value = data.draw(st.integers(0, 200), label="value")
+        context = {"a": data.draw(_CONTEXT_VALUE), "b": data.draw(_CONTEXT_VALUE)}
+        try:
+            number = t.render(value, now=now, context=context)
+        except InvalidKey:
+            continue  # the typed refusal of a value this template cannot show unambiguously
+        except SequenceExhausted:
+            continue  # a value too wide for {seq:02}
+        found = t.parse(number)
+        assert found["seq"] == value
+        shown = tuple(found.get(k) for k in ("ctx.a", "ctx.b", "ctx.a#2", "ctx.b#2"))
+        key = (value, shown)
+        assert seen.setdefault(number, key) == key, (text, number, seen[number], key)
+
+
+def test_regression_messages_give_no_python_advice() -> None:
+    """Messages reach HTTP clients, CLI and admin users: they name the context value or the
+    setting, not a Python call."""
+    t = compile("{ctx.area}-{seq}", name="waybill")
+    with pytest.raises(InvalidKey) as missing:
+        t.render(1)
+    message = str(missing.value)
+    assert "'area'" in message and "render(" not in message and "context=" not in message
+    with pytest.raises(TemplateError) as keyless:
+        compile("{seq:06,perm}")
+    assert 'DJANGO_SEQUENCES["OBFUSCATION_KEY"]' in str(keyless.value)
+    assert "compile()" not in str(keyless.value) and "key=" not in str(keyless.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [10**5000, "9" * 5000, "a\x85b", "a\ud800b", "\u2028", "a\u200bb"],
+    ids=["huge-int", "huge-str", "c1-control", "surrogate", "line-separator", "zero-width"],
+)
+def test_regression_odd_context_values_are_refused_typed(value: Any) -> None:
+    for text in ("{ctx.a}-{seq}", "{ctx.a:03}-{seq}", "{ctx.a:digits}-{seq}"):
+        with pytest.raises(InvalidKey):
+            compile(text).render(1, context={"a": value})

@@ -73,8 +73,17 @@ _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _NON_DIGITS = re.compile(r"[^0-9]+")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _OPTION = re.compile(r"([A-Za-z_]+)=(.*)\Z", re.DOTALL)
-_BAD_CONTEXT_CHARS = re.compile(r"[{}\x00-\x1f\x7f]")
-_CONTEXT_CHAR = r"[^{}\x00-\x1f\x7f]"
+#: Characters a context value may not hold: braces, control characters (C0 and C1), line and
+#: paragraph separators, invisible formatting characters and lone surrogates (a number cannot
+#: be stored or printed with those, or two numbers would look alike).
+_BAD_CONTEXT = (
+    "{}\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\ufeff\ufff9-\ufffb\ud800-\udfff"
+)
+_BAD_CONTEXT_CHARS = re.compile(f"[{_BAD_CONTEXT}]")
+MAX_CONTEXT_LENGTH = MAX_TEXT_WIDTH
+"""Longest context value a ``{ctx.NAME}`` without a width takes (in characters)."""
+_CONTEXT_INT_BOUND = 10**MAX_CONTEXT_LENGTH
 
 #: Date directives: letter -> (%-format of the field, its value, regex). All have a fixed width.
 _DIRECTIVES: dict[str, tuple[str, Callable[[datetime], int], str]] = {
@@ -157,6 +166,10 @@ class CustomPart:
     characters, between ``min_length`` and ``max_length`` of them."""
     digits: bool = False
     """True if it renders ASCII digits only, so a check part may cover it."""
+    alphabet: str | None = None
+    """Every character it may render; None: any (digits only when ``digits``). A part whose
+    length varies needs it when a separator follows it (see docs/templates.md, "Numbers that
+    can be told apart")."""
 
     def __init__(self, arg: str) -> None:
         self.arg = arg
@@ -270,6 +283,17 @@ class _Part:
     digits = False  # renders only ASCII digits (a check may cover it)
     letters = ""  # why a check may not cover it, when not ``digits``
     width: int | None = None  # set when it always renders exactly this many ASCII digits
+    chars: frozenset[str] | None = None  # every character it may render; None: any
+    stop: str | None = None  # a character its value may not hold (set by _check_distinct)
+
+    @property
+    def fixed(self) -> bool:
+        """Always renders exactly ``max_length`` characters."""
+        return self.max_length is not None and self.min_length == self.max_length
+
+    def tail_chars(self) -> frozenset[str] | None:
+        """The characters it may render after its first one (None: any)."""
+        return self.chars
 
     def pattern(self) -> str:
         raise NotImplementedError
@@ -294,6 +318,7 @@ class _Literal(_Part):
     def __init__(self, text: str) -> None:
         self.text = text
         self.min_length = self.max_length = len(text)
+        self.chars = frozenset(text)
 
     def pattern(self) -> str:
         return re.escape(self.text)
@@ -337,6 +362,8 @@ class _Date(_Part):
         self.regex = regex
         self.min_length = self.max_length = length
         self._digit_count = digits
+        # digits, and the format's other characters ("%%" is a "%")
+        self.chars = frozenset(_DIGITS) | frozenset(re.sub("%(.)", _unpercent, fmt))
 
     def text(self, local: datetime) -> str:
         return self.format % tuple(get(local) for get in self.fields)
@@ -390,6 +417,10 @@ def _compile_date(
     if not directives:
         raise parser.error(f"{spelled}: the date format has no directive such as %Y.", start)
     return "".join(directives), "".join(pieces), tuple(fields), "".join(regex), length, digits
+
+
+def _unpercent(match: re.Match[str]) -> str:
+    return "%" if match[1] == "%" else ""
 
 
 def _zone(name: str, spelled: str, position: int, parser: _Parser) -> tzinfo:
@@ -484,6 +515,13 @@ class _Seq(_Part):
             self.min_length, self.max_length = size, None if self.grow else size
         if self.digits and self.max_length is not None:
             self.width = self.max_length
+        self.chars = frozenset(self.alphabet)
+        if self.mode == "decimal" and size is None:
+            self.chars |= {"-"}  # a negative value: "-12"
+
+    def tail_chars(self) -> frozenset[str] | None:
+        # a "-" only ever starts a plain {seq}
+        return frozenset(self.alphabet)
 
     def _read_options(self, field: _Field, parser: _Parser) -> dict[str, tuple[int, int]]:
         given: dict[str, tuple[int, int]] = {}
@@ -697,6 +735,7 @@ class _Ctx(_Part):
         self.min_length, self.max_length = size or 1, size
         if self.digits:
             self.width = size
+            self.chars = frozenset(_DIGITS)
         self.letters = (
             f"{spelled} may render letters; write {{{self.name}:digits}} (or a zero-padded "
             f"width like {{{self.name}:03}}) if it holds digits only, or name the parts the "
@@ -704,7 +743,8 @@ class _Ctx(_Part):
         )
 
     def pattern(self) -> str:
-        chars = "[0-9]" if self.digits else _CONTEXT_CHAR
+        stop = re.escape(self.stop) if self.stop else ""
+        chars = "[0-9]" if self.digits else f"[^{_BAD_CONTEXT}{stop}]"
         return f"{chars}{{{self.max_length}}}" if self.max_length else f"{chars}+?"
 
     def value(self, context: Any, label: str) -> str:
@@ -719,34 +759,64 @@ class _Ctx(_Part):
                 found = None
                 break
         where = f"Template {label!r}: {self.spelled}"
+        dotted = ".".join(self.path)
         if found is None:
             if context is None:
-                raise InvalidKey(f"{where} needs a context; pass render(..., context=...).")
-            raise InvalidKey(f"{where}: the context has no value {'.'.join(self.path)!r}.")
+                raise InvalidKey(
+                    f"{where}: the number needs the context value {dotted!r}, and no context "
+                    f"was given."
+                )
+            raise InvalidKey(f"{where}: the context has no value {dotted!r}.")
         if found.__class__ is bool or not isinstance(found, int | str):
-            raise InvalidKey(f"{where}: expected a str or int, got {type(found).__name__}.")
+            raise InvalidKey(
+                f"{where}: the context value {dotted!r} must be a string or an integer, not "
+                f"{type(found).__name__}."
+            )
         if self.padded:
             return self._padded(found, where)
-        text = str(found)
-        if not text or _BAD_CONTEXT_CHARS.search(text):
-            raise InvalidKey(f"{where}: {text!r} is empty or holds a brace or a control character.")
+        longest = self.max_length or MAX_CONTEXT_LENGTH
+        if isinstance(found, int):  # (str() of a huge int would raise; refuse it first)
+            if not -_CONTEXT_INT_BOUND < found < _CONTEXT_INT_BOUND:
+                raise InvalidKey(f"{where}: {dotted!r} has more than {longest} digits.")
+            text = int.__repr__(found)
+        else:
+            text = str.__str__(found)
+        if not text:
+            raise InvalidKey(f"{where}: the context value {dotted!r} is empty.")
+        if len(text) > longest:
+            raise InvalidKey(
+                f"{where}: {text[:20]!r}… has {len(text)} characters; a context value without "
+                f"a width has at most {MAX_CONTEXT_LENGTH}."
+            )
+        bad = _BAD_CONTEXT_CHARS.search(text)
+        if bad:
+            raise InvalidKey(
+                f"{where}: {text!r} holds {bad[0]!r}: a brace or a control, formatting or "
+                f"line-separator character, which a number may not contain."
+            )
         if self.max_length is not None and len(text) != self.max_length:
             raise InvalidKey(
                 f"{where}: {text!r} has {len(text)} characters, not exactly {self.max_length}."
             )
         if self.digits and not (text.isascii() and text.isdigit()):
             raise InvalidKey(f"{where}: {text!r} is not all digits.")
+        if self.stop is not None and self.stop in text:
+            raise InvalidKey(
+                f"{where}: {text!r} contains {self.stop!r}, which ends {self.spelled} in the "
+                f"number, so two numbers could look alike; use a value without {self.stop!r}."
+            )
         return text
 
     def _padded(self, found: int | str, where: str) -> str:
-        if isinstance(found, str):
-            if not (found.isascii() and found.isdigit()):
-                raise InvalidKey(f"{where}: {found!r} is not a number.")
-            found = int(found)
         assert self.max_length is not None
+        if isinstance(found, str):
+            if not (found.isascii() and found.isdigit()) or len(found) > MAX_CONTEXT_LENGTH:
+                raise InvalidKey(f"{where}: {found[:20]!r} is not a number.")
+            found = int(found)
         if not 0 <= found < 10**self.max_length:
+            shown = found if -_CONTEXT_INT_BOUND < found < _CONTEXT_INT_BOUND else "the number"
             raise InvalidKey(
-                f"{where}: {found} does not fit {self.max_length} digits (0 to "
+                f"{where}: {shown} does not fit {self.max_length} digits (0 to "
                 f"{10**self.max_length - 1})."
             )
         return f"{found:0{self.max_length}d}"
@@ -781,6 +851,7 @@ class _Random(_Part):
         self.digits = kind == "digits"
         self.width = size if self.digits else None
         self.letters = f"{spelled} renders letters"
+        self.chars = frozenset(self.alphabet)
 
     def step(self, template: Template) -> Step:
         size, alphabet = self.min_length, self.alphabet
@@ -833,6 +904,7 @@ class _Custom(_Part):
         longest = getattr(part, "max_length", None)
         shortest = getattr(part, "min_length", 0)
         pattern = getattr(part, "pattern", None)
+        alphabet = getattr(part, "alphabet", None)
         problems = []
         if order.__class__ is not int:
             problems.append(f"order must be an int, got {order!r}")
@@ -849,6 +921,8 @@ class _Custom(_Part):
                 re.compile(pattern)
             except re.error as exc:
                 problems.append(f"pattern {pattern!r} is not a valid regular expression ({exc})")
+        if alphabet is not None and (not isinstance(alphabet, str) or not alphabet):
+            problems.append(f"alphabet must be a non-empty str or None, got {alphabet!r}")
         if not callable(getattr(part, "render", None)):
             problems.append("it has no render(ctx) method")
         if problems:
@@ -859,10 +933,15 @@ class _Custom(_Part):
         self.digits = bool(getattr(part, "digits", False))
         self.letters = f"{spelled} does not declare digits = True (a check reads only digits)"
         self.width = longest if self.digits and shortest == longest else None
+        if alphabet is not None:
+            self.chars = frozenset(alphabet)
+        elif self.digits:
+            self.chars = frozenset(_DIGITS)
 
     def step(self, template: Template) -> Step:
         render, label, spelled = self.part.render, template.label, self.spelled
         shortest, longest = self.min_length, self.max_length
+        chars = self.chars
         position, names, tz = template._parts.index(self), template._names, template.tz
 
         def custom(value: int, out: list[Any], frame: Any, context: Any, now: float) -> str:
@@ -878,6 +957,11 @@ class _Custom(_Part):
                 raise TemplateError(
                     f"Template {label!r}: custom part {spelled} rendered {text!r}, outside "
                     f"its declared min_length {shortest} / max_length {longest}."
+                )
+            if chars is not None and not chars.issuperset(text):
+                raise TemplateError(
+                    f"Template {label!r}: custom part {spelled} rendered {text!r}, with "
+                    f"characters outside its declared alphabet."
                 )
             return text
 
@@ -1017,6 +1101,7 @@ class _Check(_Part):
         self.min_length = self.max_length = self.algorithm.width
         self.digits = set(self.algorithm.alphabet) <= set(_DIGITS)
         self.width = self.max_length if self.digits else None
+        self.chars = frozenset(self.algorithm.alphabet)
         self.letters = f"{spelled} may render {self.algorithm.alphabet[10:]!r}"
         self.position = 0  # its own position, set by resolve()
         self.covered: list[int] = []  # positions of the parts it covers
@@ -1274,12 +1359,26 @@ class Template:
 
     # rendering ------------------------------------------------------------------------------
 
+    def context_texts(self, context: Any) -> tuple[str, ...]:
+        """The text of each ``ctx.`` part for ``context``, validated: raises
+        :class:`InvalidKey` for a missing or ill-formed value. Callers that take a sequence
+        value call this first, so a refused context consumes no value, and pass the result to
+        :meth:`render` as ``texts``."""
+        label = self.label
+        return tuple([part.value(context, label) for _, part in self._context_steps])
+
     def render(
-        self, value: int, *, now: float | datetime | None = None, context: Any = None
+        self,
+        value: int,
+        *,
+        now: float | datetime | None = None,
+        context: Any = None,
+        texts: Sequence[str] | None = None,
     ) -> str:
         """The number for sequence value ``value`` at ``now`` (epoch seconds or an aware
         datetime; default: the current time). ``context`` is a mapping or an object whose
-        attributes the ``ctx.`` parts read."""
+        attributes the ``ctx.`` parts read; ``texts``, what :meth:`context_texts` returned for
+        it (then it is not looked up again)."""
         frame = self._frame
         if self._timeless:
             t = 0.0
@@ -1290,9 +1389,10 @@ class Template:
                 frame = self._frame_at(t)
         out = frame.pieces.copy()
         if self._context_steps:
-            label = self.label
-            for i, part in self._context_steps:
-                out[i] = part.value(context, label)
+            if texts is None:
+                texts = self.context_texts(context)
+            for (i, _), text in zip(self._context_steps, texts, strict=True):
+                out[i] = text
         for i, step in self._steps:
             out[i] = step(value, out, frame, context, t)
         return "".join(out)
@@ -1303,13 +1403,16 @@ class Template:
         *,
         now: float | datetime | None = None,
         context: Any = None,
+        texts: Sequence[str] | None = None,
     ) -> list[str]:
         """:meth:`render` for each value, sharing one instant and one context lookup."""
+        if texts is None:
+            texts = self.context_texts(context)
         t = 0.0 if self._timeless else self._timestamp(now)
         frame = self._frame if self._timeless else self._frame_at(t)
         base = frame.pieces.copy()
-        for i, part in self._context_steps:
-            base[i] = part.value(context, self.label)
+        for (i, _), text in zip(self._context_steps, texts, strict=True):
+            base[i] = text
         steps, join, numbers = self._steps, "".join, []
         for value in values:
             out = base.copy()
@@ -1488,10 +1591,93 @@ def compile(
     if seqs[0].needs_key and not key:
         raise parser.error(
             f"{seqs[0].spelled} needs an obfuscation key: set "
-            f'DJANGO_SEQUENCES["OBFUSCATION_KEY"] (or pass key=... to compile()).',
+            f'DJANGO_SEQUENCES["OBFUSCATION_KEY"] in the settings.',
             seqs[0].start,
         )
     for position, part in enumerate(built):
         if isinstance(part, _Check):
             part.resolve(built, position, parser)
+    _check_distinct(built, parser)
     return Template(text, built, tz=tz, name=name)
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers that can be told apart (I9)
+
+
+def _check_distinct(parts: list[_Part], parser: _Parser) -> None:
+    """Refuses a template whose numbers cannot be told apart: distinct (context, value) pairs
+    must render distinct numbers, and a number must split into its parts one way only.
+
+    Read left to right, a fixed-width part ends where its width says. A part whose width
+    varies (plain ``{seq}``, ``grow``, a radix or short code without width, ``{ctx.NAME}``
+    without width, a custom part without ``min_length == max_length``) must be followed by
+
+    - fixed-width parts only, up to the end of the template (the number is then read from the
+      right), or
+    - fixed-width parts holding a literal character ``c`` that the variable part never renders
+      (after its first character: a ``-`` only starts a plain ``{seq}``) and that no part or
+      literal character between them renders: the part then ends at the first ``c``, minus
+      what lies between.
+
+    A free-text ``{ctx.NAME}`` may render any character: the ``c`` chosen for it (the first
+    such literal character that is not a letter or digit, else the first) becomes its
+    ``stop``, and a context value holding it is refused (``InvalidKey``) before a value is
+    taken. A custom part says what it renders with ``alphabet`` (or ``digits``).
+    """
+    for i, part in enumerate(parts):
+        if part.fixed:
+            continue
+        own = part.tail_chars()
+        # a free-text context value is refused when it holds the stop; what a custom part
+        # renders cannot be refused before a value is taken, so it must declare an alphabet
+        usable = own is not None or isinstance(part, _Ctx)
+        between: set[str] = set()  # characters the parts after it, up to a candidate, render
+        blind = False  # a part between them may render any character
+        candidates: list[str] = []
+        for later in parts[i + 1 :]:
+            if not later.fixed:
+                if not candidates:
+                    raise parser.error(_not_distinct(part, later, parts, i), part.start)
+                if own is None:
+                    marks = [c for c in candidates if not c.isalnum()]
+                    part.stop = (marks or candidates)[0]
+                break
+            if isinstance(later, _Literal):
+                for char in later.text:
+                    if usable and not blind and char not in between and char not in (own or ()):
+                        candidates.append(char)
+                    between.add(char)
+            elif later.chars is None:
+                blind = True
+            else:
+                between |= later.chars
+
+
+def _not_distinct(part: _Part, later: _Part, parts: list[_Part], i: int) -> str:
+    """Why ``part`` (at ``i``) cannot be told apart from ``later``, and what to do."""
+    gap = parts[i + 1 : parts.index(later)]
+    blind = [p.spelled for p in gap if not isinstance(p, _Literal) and p.chars is None]
+    literal = "".join(p.text for p in gap if isinstance(p, _Literal))
+    if blind:
+        why = f", and {blind[0]} between them may render any character"
+    elif literal:
+        why = f", and {literal!r} between them holds only characters {part.spelled} can render"
+    else:
+        why = ""
+    if isinstance(part, _Custom) and part.chars is None:
+        advice = (
+            f"Give the custom part a fixed width (min_length == max_length), or declare its "
+            f"alphabet (the characters it renders) and put a separator it never renders "
+            f"after it, e.g. {part.spelled}-{later.spelled}."
+        )
+    else:
+        advice = (
+            f"Give {part.spelled} a fixed width, or put a separator it never renders right "
+            f"after it, e.g. {part.spelled}-{later.spelled}."
+        )
+    return (
+        f"{part.spelled} has no fixed width, and {later.spelled} after it has no fixed width "
+        f"either{why}: the number would not show where {part.spelled} ends, so different "
+        f"values could render the same number. {advice}"
+    )
