@@ -18,6 +18,11 @@ by the conditional ``UPDATE``. They hold no connection, so they stay valid after
 
 Only bearer tokens are accepted, never a session cookie: that is why the views can be exempt
 from CSRF (a browser does not add an ``Authorization`` header to a forged request on its own).
+
+**Bodies** are read here (:func:`json_body`): a chunked one too, where the WSGI server marks
+its end, and whatever a client sends is refused with a 400 rather than reaching Python's limits
+(recursion, integer digits) or the store (lone surrogates). **Errors** are answered in the
+words of an HTTP client (:func:`message_for`), from each exception's type and attributes.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ GET      ``<name>/explain/<value>``  the parts of a structured value (snowflake,
 GET      ``<name>/status``           this process's view of the sequence
 =======  ==========================  =================================================
 
+Each endpoint also takes a trailing slash; any other URL under the prefix is a JSON 404.
+``handler400`` … ``handler500`` answer, as JSON under the prefix, what Django refuses before any
+view runs (a malformed Host header), once the root URLconf points at them.
+
 Every request needs a bearer token allowed the sequence (``http.py``). Everything a request
 asks for is checked before anything is issued, so a refused request consumes no value: the
 count, the sub-key, and for numbers the context, rendered against the template with no value
@@ -167,15 +171,17 @@ def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
 #
 # Django answers some requests before any view runs (a malformed Host header: DisallowedHost
 # in the middleware), or after a middleware failed, with the root URLconf's handler400/403/
-# 404/500. Point those at these functions (docs/http.md, "Serving it"): under the API's prefix
-# they answer JSON; elsewhere the site's own pages as before.
+# 404/500. Point those at these functions (docs/http.md, "Errors Django answers before any
+# view"): under the API's prefix they answer JSON; elsewhere the site's own pages as before.
 
 
 def _in_api(request: HttpRequest) -> bool:
     """Whether ``request``'s path is under the prefix the API's URLs are mounted at."""
     try:
         match = resolve(request.path_info, getattr(request, "urlconf", None))
-    except (Resolver404, ValueError, TypeError):
+    except Resolver404:
+        return False
+    except Exception:  # an error handler must answer: a broken URLconf is not the API's
         return False
     return "django_sequences" in match.app_names
 
