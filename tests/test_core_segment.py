@@ -13,7 +13,7 @@ import time
 import pytest
 
 from django_sequences.core.prefetch import Prefetcher
-from django_sequences.core.segment import SegmentGenerator
+from django_sequences.core.segment import SegmentGenerator, exact_leases
 from django_sequences.exceptions import BackendUnavailable, SequenceExhausted
 
 
@@ -214,3 +214,49 @@ def test_child_after_fork_drops_inherited_ranges(prefetcher: Prefetcher) -> None
     os.waitpid(pid, 0)
     assert msg == "None,0,5001"
     assert gen.next() == 2  # the parent goes on with its own range
+
+
+def test_regression_a_batch_refused_at_max_value_leaves_what_was_left(
+    prefetcher: Prefetcher,
+) -> None:
+    """Issue 11, finding 6: max 12, 10 taken, take(5) refused; take(2) must still get 11, 12."""
+    store = MemoryStore(step=10, max_value=12)
+    gen = SegmentGenerator("t", store.lease, prefetcher=prefetcher)
+    assert gen.take(10) == range(1, 11)
+    with pytest.raises(SequenceExhausted):
+        gen.take(5)
+    assert gen.status().issued == 10
+    assert gen.take(2) == range(11, 13)
+    with pytest.raises(SequenceExhausted):
+        gen.next()
+
+
+def test_regression_a_batch_refused_by_a_failing_store_leaves_what_was_left(
+    prefetcher: Prefetcher,
+) -> None:
+    store = MemoryStore(step=10)
+    gen = SegmentGenerator("t", store.lease, prefetcher=prefetcher)
+    assert gen.take(7) == range(1, 8)
+    assert wait_until(lambda: gen.status().next_range is not None)  # (11, 20) prefetched
+    store.fail = BackendUnavailable("down")
+    with pytest.raises(BackendUnavailable):
+        gen.take(50)  # 8..20 in memory, the rest cannot be leased
+    assert gen.status().remaining == 13
+    store.fail = None
+    assert gen.take(13) == range(8, 21)
+    assert gen.next() == 21
+
+
+def test_exact_leases_lease_what_the_call_asks_for_and_prefetch_nothing(
+    prefetcher: Prefetcher,
+) -> None:
+    store = MemoryStore(step=100)
+    gen = SegmentGenerator("t", store.lease, prefetcher=prefetcher)
+    with exact_leases():
+        assert gen.take(3) == range(1, 4)
+        assert gen.next() == 4
+    time.sleep(0.05)
+    assert store.leases == [(1, 3), (4, 4)]  # one-shot calls: nothing cached to lose
+    assert gen.status().next_range is None
+    assert gen.next() == 5  # outside: the store's step again
+    assert store.leases[-1] == (5, 104)

@@ -20,6 +20,12 @@ What ``_lock`` protects: every attribute below prefixed with an underscore excep
 ``_prefetcher``, ``_clock`` and ``name``. I/O never happens while it is held; ``_cond`` (on the
 same lock) lets callers wait for a lease in flight.
 
+A refused batch consumes nothing (I10): when ``take(n)`` has set aside what was left and the
+lease for the rest fails (``max_value`` reached, the store down, a wait that timed out), the
+values it set aside go back ahead of the pending ranges, so ``max 12, 10 taken, take(5)``
+refused still leaves 11 and 12 for the next call. :func:`exact_leases` makes one-shot callers
+lease exactly what they ask for.
+
 Values within one process increase (ranges are leased in increasing order, except after a
 ``cycle`` wrap). Values across processes are unique and trend-increasing. A process that exits
 loses what is left of its ranges: gaps, never duplicates.
@@ -29,10 +35,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import itertools
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..exceptions import BackendUnavailable
@@ -46,6 +53,21 @@ from .prefetch import Prefetcher, default_prefetcher
 LeaseFn = Callable[[int | None], tuple[int, int]]
 
 _NEVER = 1 << 200  # a trigger no value reaches
+
+_exact: contextvars.ContextVar[bool] = contextvars.ContextVar("exact_leases", default=False)
+
+
+@contextlib.contextmanager
+def exact_leases() -> Iterator[None]:
+    """Within it (this thread or task), a generator that has to lease leases exactly what the
+    call asks for, and starts no prefetch. For one-shot processes (``manage.py
+    sequences_next``) that exit after one call: a whole step leased to print one value would
+    be lost when they exit (I10). What is already in memory is used first, as always."""
+    token = _exact.set(True)
+    try:
+        yield
+    finally:
+        _exact.reset(token)
 
 
 class Sizing:
@@ -186,7 +208,9 @@ class SegmentGenerator:
         self._mark = (now, first)
         size = last - first + 1
         trigger = first + int(size * self._threshold)
-        if self._sizing is not None and self._rate > 0:
+        if _exact.get():  # a one-shot call: nothing to prefetch for
+            trigger = _NEVER
+        elif self._sizing is not None and self._rate > 0:
             # start early enough that what is left outlasts the lead time at the measured rate
             lead = max(self._sizing.lead, 3 * self._lease_time)
             trigger = max(first, min(trigger, last - int(self._rate * lead)))
@@ -214,6 +238,27 @@ class SegmentGenerator:
 
     def _take_slow(self, count: int) -> range | list[int]:
         pieces: list[range] = []
+        try:
+            return self._take_pieces(count, pieces)
+        except BaseException:
+            if pieces:  # (not given back where the error arose: e.g. an interrupted wait)
+                with self._lock:
+                    self._give_back(pieces)
+            raise
+
+    def _give_back(self, pieces: list[range]) -> None:
+        """A refused batch (the store at max_value or down, a lease that timed out) consumes
+        nothing: the values it had set aside go back, ahead of the pending ranges, for the
+        next call (I10). No caller has seen them. Lock held; empties ``pieces``."""
+        runs = [(p.start, p.stop - 1) for p in pieces if p]
+        pieces.clear()
+        if runs:
+            self._pending.extendleft(reversed(runs))
+            # they count as issued until now (their range was used up, or is being used)
+            self._consumed -= sum(last - first + 1 for first, last in runs)
+            self._cond.notify_all()
+
+    def _take_pieces(self, count: int, pieces: list[range]) -> range | list[int]:
         need = count
         deadline = self._clock.monotonic() + self._wait_timeout
         while need:
@@ -240,6 +285,7 @@ class SegmentGenerator:
                     if self._fetching:
                         left = deadline - self._clock.monotonic()
                         if left <= 0:
+                            self._give_back(pieces)
                             raise BackendUnavailable(
                                 f"Sequence {self.name!r}: no range after waiting "
                                 f"{self._wait_timeout:g} s for a lease in flight."
@@ -248,12 +294,12 @@ class SegmentGenerator:
                         continue
                     # nothing cached and nothing in flight: lease here, outside the lock
                     self._fetching = True
-                    regular = not need > self._step_hint > 0
+                    regular = not need > self._step_hint > 0 and not _exact.get()
                     lease_size = self._lease_size() if regular else need
                     break
                 if not need:
                     break
-            self._lease_into_next(lease_size, regular)
+            self._lease_into_next(lease_size, regular, pieces)
         return _join(pieces)
 
     def _prefetch(self) -> None:
@@ -269,14 +315,19 @@ class SegmentGenerator:
         in the order to hand them out. One run here; subclasses may return several."""
         return [self._lease(size)]
 
-    def _lease_into_next(self, size: int | None, regular: bool = True) -> None:
+    def _lease_into_next(
+        self, size: int | None, regular: bool = True, pieces: list[range] | None = None
+    ) -> None:
         """Lease (outside the lock) and queue the runs as the pending ones; ``_fetching`` is set
-        by the caller and cleared here, and waiters are woken, whatever happens."""
+        by the caller and cleared here, and waiters are woken, whatever happens. On failure the
+        caller's ``pieces`` (values it set aside) go back first, before any waiter runs."""
         started = self._clock.monotonic()
         try:
             runs = self._lease_runs(size)
         except BaseException as exc:
             with self._lock:
+                if pieces:
+                    self._give_back(pieces)
                 self._fetching = False
                 self._last_error = exc
                 self._cond.notify_all()
