@@ -122,6 +122,8 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
         return name, path, args, kwargs
 
     def issue(self, instance: models.Model) -> str:
+        """The instance's number. Its context (the instance's attributes) is checked before a
+        value is taken, so a refused save consumes no number."""
         from .numbers import issuer
 
         found = issuer(self.sequence, self.using, self.template)
@@ -134,11 +136,18 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
             raise
 
     def issue_many(self, instances: Sequence[models.Model]) -> list[Any]:
+        """One number per instance from one batch, taken only after every instance's context
+        was checked."""
         from .numbers import issuer
 
-        return issuer(self.sequence, self.using, self.template).issue_many(
-            len(instances), list(instances)
-        )
+        found = issuer(self.sequence, self.using, self.template)
+        try:
+            return found.issue_many(len(instances), list(instances))
+        except SequenceError as exc:
+            from .registry import refused
+
+            refused(self.sequence, exc)
+            raise
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         return [*super().check(**kwargs), *self._check_sequence(), *self._check_template()]

@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 from .core import forking
 from .core.base import IdGenerator, SequenceSpec
 from .core.clock import SYSTEM_CLOCK, Clock
-from .core.validation import check_count
+from .core.validation import BIGINT_MAX, check_count, check_name
 from .exceptions import (
     ConfigurationError,
+    InvalidCount,
     InvalidDefinition,
+    InvalidName,
     InvalidNumber,
     SequenceError,
     TemplateError,
@@ -90,8 +92,8 @@ def compile_template(spec: SequenceSpec, text: str | None = None) -> Template:
     text = spec.template if text is None else text
     if not text:
         raise InvalidDefinition(
-            f"Sequence {spec.name!r} has no template, so it makes values, not numbers: set "
-            f"its template (e.g. 'SO{{seq:08}}') or call next_value()."
+            f"Sequence {spec.name!r} has no template, so it issues values, not numbers: give "
+            f"it a template (e.g. 'SO{{seq:08}}'), or ask for values instead of numbers."
         )
     fs = format_settings()
     return compile(text, tz=fs.tz, key=fs.key, parts=fs.parts, name=spec.name)
@@ -147,7 +149,7 @@ def check_template(spec: SequenceSpec, strategy: Strategy, template: Template) -
         raise InvalidDefinition(
             f"Sequence {spec.name!r}: template {template.text!r} restarts its counter every "
             f"{period}, which strategy {spec.strategy!r} cannot do (it keeps no counter row per "
-            f"period). Use strategy 'segment' or 'strict', or set reset='never'."
+            f"period). Use strategy 'segment' or 'strict', or set its reset to 'never'."
         )
     return period
 
@@ -234,11 +236,13 @@ class NumberIssuer:
         return gen
 
     def issue(self, context: Any = None) -> str:
-        """One number; ``context`` is a mapping or an object (a model instance)."""
+        """One number; ``context`` is a mapping or an object (a model instance). The context
+        is validated before a value is taken: a refused call consumes nothing (I10)."""
         if self._chain is not None:
             return self._issue_plugged(1, [context])[0]
-        now = self._wall()
         template = self.template
+        texts = template.context_texts(context)
+        now = self._wall()
         if self.period is None:
             gen = self._base
         else:
@@ -248,7 +252,7 @@ class NumberIssuer:
             last = self._last
             gen = last[1] if last[0] == stamp else self.generator(stamp)
         value = gen.next()
-        number = template.render(value, now=now, context=context)
+        number = template.render(value, now=now, context=context, texts=texts)
         if number_issued.receivers:
             number_issued.send(self.name, numbers=[number], values=[value], using=self.using)
         return number
@@ -257,8 +261,9 @@ class NumberIssuer:
         """One number if its value is in memory already, else None (the async fast path)."""
         if self._chain is not None:
             return None
-        now = self._wall()
         template = self.template
+        texts = template.context_texts(context)
+        now = self._wall()
         gen = self._base if self.period is None else self._gens.get(self.stamp(now))
         fast = getattr(gen, "try_take", None)
         if fast is None:
@@ -267,16 +272,20 @@ class NumberIssuer:
         if got is None:
             return None
         value = int(got[0])
-        number = template.render(value, now=now, context=context)
+        number = template.render(value, now=now, context=context, texts=texts)
         if number_issued.receivers:
             number_issued.send(self.name, numbers=[number], values=[value], using=self.using)
         return number
 
     def issue_many(self, count: int, contexts: list[Any] | None = None) -> list[str]:
         """``count`` numbers from one batch of values. ``contexts`` gives one context per
-        number (bulk_create), else all share ``None``."""
+        number (bulk_create), else all share ``None``. Every context is validated before the
+        values are taken."""
         if contexts is not None and len(contexts) != count:
-            raise ValueError("one context per number")
+            raise InvalidCount(
+                f"Sequence {self.name!r}: {len(contexts)} contexts for {count} numbers; give "
+                f"one context per number."
+            )
         if self._chain is not None:
             return self._issue_plugged(count, contexts or [None] * count)
         values, numbers = self._render(count, contexts, self._wall())
@@ -288,14 +297,22 @@ class NumberIssuer:
         self, count: int, contexts: list[Any] | None, now: float
     ) -> tuple[range | list[int], list[str]]:
         template = self.template
-        gen = self._base if self.period is None else self.generator(self.stamp(now))
-        values = gen.take(count) if count > 1 else [gen.next()]
+        # the contexts first: a refused one takes no value
         if contexts is None or all(c is contexts[0] for c in contexts):
             shared = contexts[0] if contexts else None
-            return values, template.render_many(values, now=now, context=shared)
+            texts = template.context_texts(shared)
+            values = self._take(count, now)
+            return values, template.render_many(values, now=now, context=shared, texts=texts)
+        each = [template.context_texts(c) for c in contexts]
+        values = self._take(count, now)
         return values, [
-            template.render(v, now=now, context=c) for v, c in zip(values, contexts, strict=True)
+            template.render(v, now=now, context=c, texts=t)
+            for v, c, t in zip(values, contexts, each, strict=True)
         ]
+
+    def _take(self, count: int, now: float) -> range | list[int]:
+        gen = self._base if self.period is None else self.generator(self.stamp(now))
+        return gen.take(count) if count > 1 else [gen.next()]
 
     def _issue_plugged(self, count: int, contexts: list[Any]) -> list[str]:
         from .core.plugins import IssueEvent
@@ -329,11 +346,40 @@ _issuers: dict[tuple[str | None, str, str | None], NumberIssuer] = {}
 _issuers_lock = threading.Lock()
 
 
+def _check_arguments(name: object, using: object, template: object = None) -> None:
+    """Typed refusals of arguments of the wrong type (an unhashable name would otherwise
+    raise ``TypeError`` from a dict lookup; a huge int, ``ValueError`` from its repr)."""
+    if not isinstance(name, str):
+        raise InvalidName(f"A sequence name must be a string, not {type(name).__name__}.")
+    check_name(name)
+    if using is not None and not isinstance(using, str):
+        raise ConfigurationError(
+            f"The database alias must be a string (a key of DATABASES), not {type(using).__name__}."
+        )
+    if template is not None and not isinstance(template, str):
+        raise TemplateError(f"A template is a string, not {type(template).__name__}.")
+
+
+def _check_batch(count: object) -> None:
+    from .conf import app_settings
+
+    if isinstance(count, int) and not -BIGINT_MAX <= count <= BIGINT_MAX:  # (not printable)
+        raise InvalidCount(
+            f"count must be between 1 and {app_settings.MAX_BATCH} "
+            f"(DJANGO_SEQUENCES['MAX_BATCH']); got a number of {count.bit_length()} bits."
+        )
+    check_count(count, app_settings.MAX_BATCH)
+
+
 def issuer(name: str, using: str | None = None, template: str | None = None) -> NumberIssuer:
     """The issuer of sequence ``name`` (with ``template`` instead of the definition's)."""
-    found = _issuers.get((using, name, template))
+    try:
+        found = _issuers.get((using, name, template))
+    except TypeError:  # an unhashable argument, refused below
+        found = None
     if found is not None:
         return found
+    _check_arguments(name, using, template)
     from . import registry
     from .sources.connections import resolve_alias
 
@@ -368,7 +414,7 @@ def next_number(name: str, *, using: str | None = None, **context: Any) -> str:
     """
     try:
         found = _issuers[(using, name, None)]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name or alias, refused there
         found = issuer(name, using)
     try:
         return found.issue(context or None)
@@ -379,9 +425,7 @@ def next_number(name: str, *, using: str | None = None, **context: Any) -> str:
 
 def next_numbers(name: str, count: int, *, using: str | None = None, **context: Any) -> list[str]:
     """``count`` numbers of sequence ``name`` from one batch of values (one lease at most)."""
-    from .conf import app_settings
-
-    check_count(count, app_settings.MAX_BATCH)
+    _check_batch(count)
     found = issuer(name, using)
     try:
         if not context:
@@ -397,7 +441,10 @@ async def anext_number(name: str, *, using: str | None = None, **context: Any) -
     already, else in a thread (a lease may wait on the database)."""
     from asgiref.sync import sync_to_async
 
-    found = _issuers.get((using, name, None))
+    try:
+        found = _issuers.get((using, name, None))
+    except TypeError:  # an unhashable name or alias: next_number refuses it
+        found = None
     if found is not None:
         number = found.try_issue(context or None)
         if number is not None:
@@ -449,9 +496,21 @@ def _refused(name: str, exc: SequenceError) -> None:
 def render_preview(
     spec: SequenceSpec, values: Iterable[int], *, context: Mapping[str, Any] | None = None
 ) -> list[str]:
-    """Render ``values`` with ``spec``'s template without issuing anything (admin preview)."""
+    """Render ``values`` with ``spec``'s template without issuing anything (admin preview).
+    Raises :class:`InvalidKey` for a missing or ill-formed context value,
+    :class:`SequenceExhausted` for a value the template cannot show, and
+    :class:`InvalidDefinition` for anything else."""
     template = compile_template(spec)
     try:
-        return [template.render(v, context=context) for v in values]
+        texts = template.context_texts(context)
+        numbers = []
+        for value in values:
+            if value.__class__ is not int:
+                raise InvalidDefinition(
+                    f"Sequence {spec.name!r}: a preview renders integer values, not "
+                    f"{type(value).__name__}."
+                )
+            numbers.append(template.render(value, context=context, texts=texts))
+        return numbers
     except (TemplateError, InvalidNumber) as exc:
         raise InvalidDefinition(str(exc)) from exc

@@ -11,6 +11,7 @@ from django.db import models, transaction
 from django.test.utils import isolate_apps
 
 from django_sequences import numbers, parse_number
+from django_sequences.exceptions import InvalidKey
 from django_sequences.fields import SequenceField, SequenceIntegerField, fill
 from django_sequences.models import Segment, Sequence
 from testproject.shop.models import Invoice, Order, Waybill
@@ -208,3 +209,19 @@ def test_fill_gives_values_before_saving() -> None:
     orders = fill([Order(customer="a"), Order(customer="b")])
     assert all(o.number for o in orders) and Order.objects.count() == 0
     assert numbers.issuer("shop.order").period == "day"
+
+
+def test_regression_a_refused_waybill_consumes_no_number() -> None:
+    """Issue 11, finding 6: filling a SequenceField whose context is missing took a value per
+    refused save. The context is checked before a value is taken."""
+    order = Order.objects.create(customer="ann")
+    for _ in range(3):
+        with pytest.raises(InvalidKey, match="area"):
+            Waybill.objects.create(order=order, area="", unit="6541")
+    with pytest.raises(InvalidKey, match="unit"):
+        Waybill.objects.bulk_create(
+            [Waybill(order=order, area="010", unit="6541"), Waybill(order=order, area="021")]
+        )
+    assert Waybill.objects.create(order=order, area="010", unit="6541").number == ("010-6541-00001")
+    made = Waybill.objects.bulk_create([Waybill(order=order, area="021", unit="0007")])
+    assert made[0].number == "021-0007-00002"

@@ -4,10 +4,13 @@ and uniqueness across threads and processes."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import multiprocessing
+import re
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -33,6 +36,7 @@ from django_sequences.exceptions import (
 )
 from django_sequences.formats import checksums
 from django_sequences.models import Segment, Sequence
+from testproject import settings as project_settings
 
 from . import workers
 from .conftest import rows
@@ -279,7 +283,7 @@ def test_next_number_without_a_template_says_what_to_do() -> None:
 
 
 def test_a_daily_reset_needs_a_strategy_with_rows_per_period() -> None:
-    with pytest.raises(InvalidDefinition, match="reset='never'"):
+    with pytest.raises(InvalidDefinition, match="reset to 'never'"):
         Sequence.objects.define(
             "sf", strategy="snowflake", template="{date:%Y%m%d}{seq}", options={}
         )
@@ -397,3 +401,71 @@ def test_model_clean_puts_template_and_options_errors_on_their_fields() -> None:
     with pytest.raises(ValidationError) as info:
         odd.clean()
     assert "options" in info.value.message_dict
+
+
+# --- the docs' example numbers --------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+_CODE_TEMPLATE = re.compile(r'(?:compile\(|template=)"([^"]*\{seq[^"]*)"')
+_SHOWN = re.compile(r"(?:render|render_many|next_number|next_numbers)\(.*#\s*'([^']+)'")
+_PARSED = re.compile(r'(?:parse_number\("[^"]+", |\.parse\()"([^"]+)"\)\s*#\s*(\{.*\})')
+_VALIDATED = re.compile(r'(?:validate_number\("[^"]+", |\.is_valid\()"([^"]+)"\)\s*#\s*(\w+)')
+_TICKED = re.compile(r"`([^`]+)`")
+_SHOP = re.compile(r"`(Order|Waybill|Invoice)` \(`([^`]+)`")
+
+
+def doc_examples(page: str) -> list[tuple[str, str, Any]]:
+    """(template, number, expected) for every number a page shows as a template's output:
+    ``expected`` is True (valid), False (shown as invalid) or the dict ``parse`` returns."""
+    found: list[tuple[str, str, Any]] = []
+    template = None
+    in_code = False
+    for line in (DOCS / page).read_text().splitlines():
+        if line.startswith("```"):
+            in_code = line.strip() == "```python"
+            continue
+        if in_code:
+            match = _CODE_TEMPLATE.search(line)
+            template = match[1] if match else template
+            if template is None:
+                continue
+            if shown := _SHOWN.search(line):
+                found.append((template, shown[1], True))
+            elif parsed := _PARSED.search(line):
+                found.append((template, parsed[1], ast.literal_eval(parsed[2])))
+            elif validated := _VALIDATED.search(line):
+                found.append((template, validated[1], validated[2] == "True"))
+        elif line.startswith("|"):  # a table row: a template cell and a number cell
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            ticked = [_TICKED.match(c) for c in cells]
+            templates = [m[1] for m in ticked if m and "{seq" in m[1]]
+            shown_numbers = [m[1] for m in ticked if m and "{" not in m[1]]
+            if templates and shown_numbers:
+                found.append((templates[0], shown_numbers[0], True))
+    if page == "numbers.md":  # the demo shop's numbers, in its prose
+        declared = project_settings.DJANGO_SEQUENCES["SEQUENCES"]
+        for model, number in _SHOP.findall((DOCS / page).read_text()):
+            found.append((declared[f"shop.{model.lower()}"]["template"], number, True))
+    return found
+
+
+def test_regression_the_docs_example_numbers_parse_back() -> None:
+    """Issue 11, finding 8: docs/numbers.md (and README, testproject) showed
+    SO20261122000000013, whose Luhn digit is wrong. Every number the template and number
+    pages show as a template's output parses back (or is refused where the page says so)."""
+    examples = doc_examples("numbers.md") + doc_examples("templates.md")
+    models_py = Path(__file__).resolve().parent.parent / "testproject" / "shop" / "models.py"
+    declared = project_settings.DJANGO_SEQUENCES["SEQUENCES"]
+    for model, number in re.findall(r'class (\w+)\(.*\n    """``([^`]+)``', models_py.read_text()):
+        examples.append((declared[f"shop.{model.lower()}"]["template"], number, True))
+    assert len(examples) >= 15, examples
+    names: dict[str, str] = {}
+    for template, number, expected in examples:
+        name = names.get(template)
+        if name is None:
+            name = names[template] = f"doc.{len(names)}"
+            Sequence.objects.define(name, template=template)
+        if isinstance(expected, dict):
+            assert parse_number(name, number) == expected, (template, number)
+        else:
+            assert validate_number(name, number) is expected, (template, number)

@@ -12,7 +12,7 @@ from django_sequences.fields import SequenceField
 
 
 class Order(models.Model):
-    """``SO20261122000000013``: date, an 8-digit counter restarting daily, a Luhn digit."""
+    """``SO20261122000000012``: date, an 8-digit counter restarting daily, a Luhn digit."""
 
     number = SequenceField(sequence="shop.order", max_length=19)
     customer = models.CharField(max_length=100)
