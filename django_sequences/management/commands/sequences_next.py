@@ -2,8 +2,12 @@
 templated numbers) of a sequence.
 
 A thin wrapper over :func:`~django_sequences.api.next_values` and
-:func:`~django_sequences.numbers.next_numbers`. Values cached by this process and not printed
-are lost when it exits (a gap, never a duplicate).
+:func:`~django_sequences.numbers.next_numbers`. A command is a one-shot process, so it leases
+exactly what it prints (``core.segment.exact_leases``: ``-n`` values, not a whole step, from a
+segment-backed counter, per-period rows included; ``strict`` takes exactly that anyway) and
+starts no prefetch: the next process goes on right after what it printed. Exceptions: a
+``memory_bits`` sequence takes whole blocks of 2^bits values, and a ``redis_segment`` one
+refills its shared Redis window (kept for the other processes) by its step.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from ...api import next_value, next_values
 from ...conf import app_settings
+from ...core.segment import exact_leases
 from ...numbers import next_number, next_numbers
 from ..base import SequenceCommand
 
@@ -52,15 +57,16 @@ class Command(SequenceCommand):
         if context and not options["number"]:
             raise CommandError(self.CONTEXT_WITHOUT_NUMBER)
         issued: list[int] | list[str]
-        if options["number"]:
-            if count == 1:
-                issued = [next_number(name, using=using, **context)]
+        with exact_leases():  # lease what is printed: the rest would be lost at exit
+            if options["number"]:
+                if count == 1:
+                    issued = [next_number(name, using=using, **context)]
+                else:
+                    issued = next_numbers(name, count, using=using, **context)
+            elif count == 1:
+                issued = [next_value(name, using=using)]
             else:
-                issued = next_numbers(name, count, using=using, **context)
-        elif count == 1:
-            issued = [next_value(name, using=using)]
-        else:
-            issued = list(next_values(name, count, using=using))
+                issued = list(next_values(name, count, using=using))
         if options["json"]:
             kind = "numbers" if options["number"] else "values"
             self.write_json({"sequence": name, kind: issued})
