@@ -44,7 +44,7 @@ from django.core.exceptions import (
 )
 from django.core.handlers.wsgi import WSGIRequest
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, UnreadablePostError
 from django.views.decorators.csrf import csrf_exempt
 
 from .conf import app_settings
@@ -172,6 +172,8 @@ ERRORS: tuple[tuple[type[BaseException], int, str, Mapping[str, str]], ...] = (
     (ValueError, 400, "bad_request", {}),
     # RequestDataTooBig, TooManyFieldsSent, ...: Django refusing what the client sent
     (SuspiciousOperation, 400, "bad_request", {}),
+    # a body that broke off or whose chunks are malformed
+    (UnreadablePostError, 400, "bad_request", {}),
 )
 
 
@@ -236,6 +238,11 @@ def message_for(exc: BaseException) -> str:
             f"The query string has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} "
             f"parameters, the most this server reads; send fewer."
         )
+    if isinstance(exc, UnreadablePostError):
+        return (
+            f"The body could not be read ({_detail(exc)}): it broke off, or its chunks are "
+            f"malformed. Send it again."
+        )
     if isinstance(exc, SuspiciousOperation):
         return "The server refused the request as malformed; check the URL and the body."
     if isinstance(exc, SequenceError):
@@ -260,7 +267,7 @@ def error_for(exc: BaseException) -> HttpResponse:
             if status >= 500:
                 level = logging.ERROR if status == 500 else logging.WARNING
                 log.log(level, "HTTP API: %s: %s", type(exc).__name__, exc)
-            elif not isinstance(exc, SequenceError | SuspiciousOperation):
+            elif not isinstance(exc, SequenceError | SuspiciousOperation | UnreadablePostError):
                 # a ValueError from below the library: the client is told only its type
                 log.warning("HTTP API: refused with %s: %s", type(exc).__name__, exc)
             return error_response(status, code, message_for(exc), headers)
@@ -491,9 +498,11 @@ _decoder = json.JSONDecoder(
 
 
 def read_body(request: HttpRequest) -> bytes:
-    """The request's body. A chunked body (``Transfer-Encoding`` and no ``Content-Length``) is
-    read from the WSGI stream where the server says it marks its end (``wsgi.input_terminated``,
-    as gunicorn does) and refused with a 411 where it does not: Django would read it as empty."""
+    """The request's body, at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes. A chunked body
+    (``Transfer-Encoding`` and no ``Content-Length``) is read from the WSGI stream where the
+    server says it marks its end (``wsgi.input_terminated``, as gunicorn does) and refused with
+    a 411 where it does not: Django would read it as empty. Under ASGI the server hands on the
+    whole body, chunked or not."""
     meta = request.META
     if (
         isinstance(request, WSGIRequest)
@@ -508,7 +517,7 @@ def read_body(request: HttpRequest) -> bytes:
                 "Content-Length); send the body with a Content-Length header.",
             )
         return _read_all(meta["wsgi.input"], settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
-    return request.body
+    return request.body  # Django checks DATA_UPLOAD_MAX_MEMORY_SIZE (a chunked ASGI body too)
 
 
 def _read_all(stream: Any, limit: int | None) -> bytes:
@@ -516,7 +525,12 @@ def _read_all(stream: Any, limit: int | None) -> bytes:
     parts: list[bytes] = []
     size = 0
     while True:
-        chunk = stream.read(65536 if limit is None else min(65536, limit + 1 - size))
+        try:
+            chunk = stream.read(65536 if limit is None else min(65536, limit + 1 - size))
+        except Exception as exc:
+            # a malformed chunk or a client gone, in the server's own words (gunicorn's
+            # InvalidChunkSize, ChunkMissingTerminator, NoMoreData...)
+            raise UnreadablePostError(f"{type(exc).__name__}: {exc}") from exc
         if not chunk:
             return b"".join(parts)
         parts.append(chunk)

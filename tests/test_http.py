@@ -125,7 +125,7 @@ def error_of(response: Any, status: int) -> tuple[str, str]:
     """(code, message) of a JSON error answer, after checking its status and shape."""
     assert response.status_code == status, response.content
     assert response["Content-Type"] == "application/json"
-    body = response.json()
+    body = json.loads(response.content)
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
     return body["error"]["code"], body["error"]["message"]
 
@@ -741,6 +741,41 @@ def test_regression_chunked_body_was_silently_ignored(api: Client) -> None:
     assert post(api, "/ids/order/values").json()["values"] == [6]
 
 
+def test_a_chunked_body_under_asgi_is_read_and_capped(api: Client) -> None:
+    """An ASGI server hands on a chunked body whole (no Content-Length, no 411): it is read,
+    and refused past DATA_UPLOAD_MAX_MEMORY_SIZE, which Django checks against Content-Length
+    only."""
+    from django.core.handlers.asgi import ASGIRequest
+
+    from django_sequences import views
+
+    Sequence.objects.define("order", step=1000)
+    _, token = make_token("order")
+
+    def send(body: bytes) -> Any:
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/ids/order/values",
+            "query_string": b"",
+            "server": ("testserver", 80),
+            "scheme": "http",
+            "headers": [
+                (b"authorization", f"Bearer {token}".encode()),
+                (b"content-type", b"application/json"),
+                (b"transfer-encoding", b"chunked"),
+            ],
+        }
+        return views.values(ASGIRequest(scope, io.BytesIO(body)), "order")
+
+    r = send(b'{"count": 5}')
+    assert r.status_code == 200 and json.loads(r.content)["values"] == [1, 2, 3, 4, 5]
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=100):
+        code, message = error_of(send(b'{"count": 5' + b" " * 200 + b"}"), 400)
+        assert code == "bad_request" and "100 bytes" in message
+    assert next_value("order") == 6
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -818,6 +853,23 @@ def test_regression_chunked_body_was_silently_ignored_under_gunicorn(gunicorn: s
     assert status == 404 and body["error"]["code"] == "not_found"
     status, body, _ = send("/ids/order/values", b"", method="BREW")
     assert status == 405 and body["error"]["code"] == "method_not_allowed"
+    # malformed chunks: gunicorn raises an IOError while the body is read
+    for chunks in (b'5\r\n{"cou\r\nzz\r\n', b"ff\r\n{}\r\n0\r\n\r\n", b"5\r\n{}"):
+        host, port = gunicorn.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as raw:
+            raw.sendall(
+                b"POST /ids/order/values HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                + f"Authorization: Bearer {token}\r\n\r\n".encode()
+                + chunks
+            )
+            raw.shutdown(socket.SHUT_WR)  # the client stops there
+            answer = b""
+            while part := raw.recv(65536):
+                answer += part
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 "), answer
+        assert b"Content-Type: application/json" in head, answer
+        assert json.loads(payload)["error"]["code"] == "bad_request", answer
     status, body, _ = send("/ids/order/values", b'{"count": 2}')  # with Content-Length
     assert body["values"] == [6, 7]
 
@@ -835,7 +887,7 @@ def test_regression_chunked_body_was_silently_ignored_under_gunicorn(gunicorn: s
         (b"\x00", "not valid JSON"),
     ],
 )
-def test_regression_bodies_python_refused_with_python_words(
+def test_regression_odd_bodies_got_python_words_or_went_through(
     api: Client, raw: bytes, says: str
 ) -> None:
     """Finding 7: a 5000-digit integer was refused with 'use sys.set_int_max_str_digits()',
