@@ -104,7 +104,7 @@ def reset_period(spec: SequenceSpec, template: Template) -> str | None:
 
     Blank ``reset``: the finest of year, month and day that the template's date shows whole.
     An explicit period must be one the date shows whole, or numbers would repeat."""
-    reset = spec.reset or ""
+    reset = _checked_reset(spec)
     shown = template.period  # the finest period the date parts identify, or None
     if reset == "never":
         return None
@@ -114,11 +114,6 @@ def reset_period(spec: SequenceSpec, template: Template) -> str | None:
         if shown in _AUTO:
             return shown
         return "day"  # the date shows a day (and more): restart daily unless asked otherwise
-    if reset not in _FINENESS:
-        raise InvalidDefinition(
-            f"Sequence {spec.name!r}: reset must be one of {', '.join(RESETS)} or blank; "
-            f"got {reset!r}."
-        )
     if shown is None or _FINENESS[reset] > _FINENESS[shown]:
         showing = f"shows at most a whole {shown}" if shown else "shows no whole year"
         raise InvalidDefinition(
@@ -129,13 +124,21 @@ def reset_period(spec: SequenceSpec, template: Template) -> str | None:
     return reset
 
 
+def _checked_reset(spec: SequenceSpec) -> str:
+    """The definition's ``reset`` ("" when blank); :class:`InvalidDefinition` unless it is one
+    of :data:`RESETS` (also for a value that is not a string, e.g. a list from settings)."""
+    reset: object = spec.reset or ""
+    if isinstance(reset, str) and (not reset or reset in _FINENESS):
+        return reset
+    got = repr(reset) if isinstance(reset, str) else f"a {type(reset).__name__}"
+    raise InvalidDefinition(
+        f"Sequence {spec.name!r}: reset must be one of {', '.join(RESETS)} or blank; got {got}."
+    )
+
+
 def check_definition(spec: SequenceSpec, strategy: Strategy) -> None:
     """Validate a definition's template and reset (called by ``strategies.validate``)."""
-    if spec.reset and spec.reset not in _FINENESS:
-        raise InvalidDefinition(
-            f"Sequence {spec.name!r}: reset must be one of {', '.join(RESETS)} or blank; "
-            f"got {spec.reset!r}."
-        )
+    _checked_reset(spec)
     if not spec.template:
         return
     check_template(spec, strategy, compile_template(spec))
