@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -29,8 +30,9 @@ from typing import Any, TypedDict
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connections, router
 from django.db.models import Count, DateTimeField, F, Max, QuerySet, Value
 from django.db.models.functions import Cast
@@ -46,7 +48,7 @@ from django.utils.translation import gettext_lazy as _
 from .core.base import SequenceSpec
 from .core.validation import check_bounds, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError, TemplateError
-from .models import ApiToken, IssuedNumber, IssueStat, Segment, Sequence, WorkerLease
+from .models import ApiToken, IssuedNumber, IssueStat, Segment, Sequence, SeriesMark, WorkerLease
 from .numbers import check_template, compile_template, render_preview
 from .operations import WRAPPERS, partition_health
 from .stats import rate_series
@@ -392,6 +394,51 @@ def chart_svg(
 # --- sequences --------------------------------------------------------------------------------
 
 
+# --- messages for admin users -----------------------------------------------------------------
+
+#: Python spellings in the package's messages -> what the admin's form calls them.
+_FIELD_WORDS = (
+    (re.compile(r"\bset cycle=True\b"), "tick “Cycle”"),
+    (re.compile(r"\bset cycle=False\b"), "untick “Cycle”"),
+    (re.compile(r"\bcycle=(True|False)\b"), "“Cycle”"),
+    (re.compile(r"\boptions\[(['\"])(\w+)\1\]"), r"the option “\2” (in Options)"),
+    (re.compile(r"\b(min|max)_value=(-?\d+)"), r"\1 value \2"),
+    (re.compile(r"\b(min|max)_value\b"), r"\1 value"),
+    (re.compile(r"\bstep=(-?\d+)"), r"step \1"),
+)
+_NEEDS_CONTEXT = re.compile(
+    r"(Template .*?): the (?:number needs the context value|context has no value) "
+    r"'([\w.]+)'(?:, and no context was given)?\."
+)
+
+
+def for_people(message: str) -> str:
+    """A message of the package rewritten for an admin user: the form's field names instead of
+    Python keyword arguments, and what to type instead of what to pass."""
+    found = _NEEDS_CONTEXT.search(message)
+    if found:
+        return str(
+            _(
+                "%(where)s needs the context value “%(name)s”, which the code passes when it "
+                "issues a number. To preview, add a line %(name)s=… under “Preview context”."
+            )
+            % {"where": found.group(1), "name": found.group(2)}
+        )
+    if "exist_ok=True" in message:
+        return re.sub(r";\s*pass exist_ok=True.*", "; pick another name.", message)
+    for pattern, words in _FIELD_WORDS:
+        message = pattern.sub(words, message)
+    return message[:1].upper() + message[1:]
+
+
+def _for_people_errors(errors: ValidationError) -> ValidationError:
+    if hasattr(errors, "error_dict"):
+        return ValidationError(
+            {f: [for_people(m) for m in msgs] for f, msgs in errors.message_dict.items()}
+        )
+    return ValidationError([for_people(m) for m in errors.messages])
+
+
 class SequenceForm(forms.ModelForm):
     """The definition, checked as ``Sequence.objects.define`` checks it; a template error
     (with its caret) and bounds errors are shown next to their field, the rest by
@@ -426,6 +473,15 @@ class SequenceForm(forms.ModelForm):
             "template",
             "reset",
         )
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        # Sequence.clean() speaks to Python callers; the form speaks to admin users
+        super()._update_errors(_for_people_errors(errors))  # type: ignore[misc]
+
+    def add_error(self, field: str | None, error: Any) -> None:
+        if isinstance(error, str):
+            error = for_people(error)
+        super().add_error(field, error)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -511,6 +567,7 @@ class SequenceAdmin(admin.ModelAdmin):
     list_filter = ("strategy", "cycle")
     search_fields = ("name",)
     inlines = [SegmentInline]
+    actions = ["reset_series"]
     fieldsets = (
         (None, {"fields": ("name", "strategy", "options")}),
         (_("Counting"), {"fields": ("step", "min_value", "max_value", "cycle")}),
@@ -543,6 +600,49 @@ class SequenceAdmin(admin.ModelAdmin):
             path("<path:object_id>/status/", view(self.status_view), name=f"{prefix}_status"),
             *super().get_urls(),
         ]
+
+    # going back: the one explicit reset (invariant I7)
+
+    def has_reset_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)
+
+    @admin.action(description=_("Reset series (issue values again)"), permissions=["reset"])
+    def reset_series(
+        self, request: HttpRequest, queryset: QuerySet[Sequence]
+    ) -> TemplateResponse | None:
+        """After a confirmation page that states the consequence: put the selected sequences'
+        counter rows back to min value - 1 (``Sequence.objects.reset_series``, logged)."""
+        chosen = list(queryset)
+        if request.POST.get("confirm") == "yes":
+            for seq in chosen:
+                using = seq._state.db or "default"
+                done = Sequence.objects.reset_series(seq.name, using=using)
+                if done:
+                    self.log_change(
+                        request, seq, "Reset series: " + ", ".join(str(r) for r in done)
+                    )
+            self.message_user(
+                request,
+                _("Reset %(names)s: values and numbers already issued will be issued again.")
+                % {"names": ", ".join(seq.name for seq in chosen)},
+                messages.WARNING,
+            )
+            return None
+        plans = [
+            (seq, Sequence.objects.reset_series(seq.name, using=seq._state.db, dry_run=True))
+            for seq in chosen
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("Reset series: are you sure?"),
+            "plans": plans,
+            "selected": [str(seq.pk) for seq in chosen],
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(
+            request, "admin/django_sequences/sequence/reset_confirmation.html", context
+        )
 
     # list columns
 
@@ -582,7 +682,9 @@ class SequenceAdmin(admin.ModelAdmin):
         try:
             found = preview(obj.spec(), using=obj._state.db or router.db_for_read(Segment))
         except (SequenceError, ValueError) as exc:
-            body = format_html('<p class="dsq-preview-error errornote">{}</p>', str(exc))
+            body = format_html(
+                '<p class="dsq-preview-error errornote">{}</p>', for_people(str(exc))
+            )
         else:
             body = _preview_html(found)
         return format_html(
@@ -615,7 +717,7 @@ class SequenceAdmin(admin.ModelAdmin):
             context = parse_context(request.GET.get("context", ""))
             found = preview(spec, using=using, count=count, context=context)
         except (SequenceError, ValueError) as exc:
-            return JsonResponse({"ok": False, "error": str(exc)})
+            return JsonResponse({"ok": False, "error": for_people(str(exc))})
         return JsonResponse({"ok": True, **found.as_json()})
 
     # the status page
@@ -881,6 +983,18 @@ class SegmentAdmin(admin.ModelAdmin):
 
 
 # --- worker leases ----------------------------------------------------------------------------
+
+
+@admin.register(SeriesMark)
+class SeriesMarkAdmin(ReadOnlyAdmin):
+    """The last values of deleted counter rows: read-only and never deleted here (that would
+    let a re-definition issue the old values again); only "Reset series" forgets them."""
+
+    list_display = ("key", "sequence", "value", "deleted_at")
+    search_fields = ("key", "sequence")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(WorkerLease)

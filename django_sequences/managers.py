@@ -8,6 +8,7 @@ the caller is in (invariant I2).
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import sqlite3
 import time
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db import DatabaseError, IntegrityError, models
+from django.db import DatabaseError, IntegrityError, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import InsertQuery
 from django.utils import timezone
@@ -35,6 +36,31 @@ from .exceptions import (
 from .sources.connections import lease_connection, resolve_alias
 
 _T = TypeVar("_T")
+
+log = logging.getLogger("django_sequences.series")
+
+#: Options that only tune how a strategy works (sizes, timeouts); every other option says
+#: where or how values are made, so changing it after a sequence issued could repeat values.
+TUNING_OPTIONS = frozenset(
+    {
+        "min_step",
+        "max_step",
+        "lease_seconds",
+        "gapless",
+        "rescue_after",
+        "timeout_ms",
+        "timeout_count",
+        "timeout_window",
+        "reserve_ms",
+        "max_blocks",
+        "retry_after",
+        "window",
+        "chunk",
+        "per_second_limit",
+    }
+)
+#: Strategies whose counter rows tell whether they issued anything (the others are assumed to).
+ROW_STRATEGIES = frozenset({"segment", "strict", "redis", "redis_segment"})
 
 if TYPE_CHECKING:
     from .models import Segment, Sequence
@@ -119,6 +145,7 @@ class SequenceManager(models.Manager["Sequence"]):
         *,
         using: str | None = None,
         dry_run: bool = False,
+        update: bool = False,
     ) -> list[Provisioned]:
         """:meth:`provision`, saying what was (or, ``dry_run``, would be) made per sequence.
 
@@ -127,9 +154,16 @@ class SequenceManager(models.Manager["Sequence"]):
         ``options["shards"] = N`` (unless its template restarts per period: those rows are
         ``name:<stamp>#i``, made on first use); the tables of an ``autoincrement`` sequence
         (``create_tables``); the inner definitions (and rows) of a ``failover`` or
-        ``memory_bits`` sequence on each partition's database alias. An existing definition is
-        left as it is, and what is made for it follows the stored definition, not the
-        declaration. Running it again makes nothing.
+        ``memory_bits`` sequence on each partition's database alias. Running it again makes
+        nothing.
+
+        An existing definition that differs from its declaration is reported (``drift``: one
+        :class:`Drift` per field, stored -> declared) and left as it is, unless ``update``: then
+        the declaration replaces it, checked as :meth:`define` checks a definition and by
+        :func:`check_redefinition` (a change that could issue values again, such as a
+        ``max_value`` below what was leased or another strategy, raises
+        :class:`InvalidDefinition` before anything is written). What is made for a definition
+        follows the stored definition (after an update: the new one).
         """
         from .conf import app_settings, sequence_defaults
         from .strategies import strategy_for, validate
@@ -148,8 +182,10 @@ class SequenceManager(models.Manager["Sequence"]):
         for name in wanted:
             spec = self.spec(name, using=alias)
             created = spec is None
+            d = sequence_defaults(declared[name], app_settings.DEFAULT_STEP)
+            drift: tuple[Drift, ...] = ()
+            updated = False
             if spec is None:
-                d = sequence_defaults(declared[name], app_settings.DEFAULT_STEP)
                 if dry_run:
                     check_name(name)
                     check_bounds(d["step"], d["min_value"], d["max_value"])
@@ -157,6 +193,11 @@ class SequenceManager(models.Manager["Sequence"]):
                     validate(spec)
                 else:
                     spec = self.define(name, using=alias, exist_ok=True, **d).spec()
+            else:
+                drift = drift_of(spec, d)
+                if drift and update:
+                    spec = self._update_definition(spec, d, alias, dry_run=dry_run)
+                    updated = True
             rows = _provision_shard_rows(spec, alias, dry_run=dry_run, new=created)
             tables: list[str] = []
             if spec.strategy == "autoincrement":
@@ -164,8 +205,98 @@ class SequenceManager(models.Manager["Sequence"]):
 
                 tables = create_tables(spec, alias, dry_run=dry_run)
             inner = strategy_for(spec).provision(spec, alias, dry_run=dry_run)
-            done.append(Provisioned(name, created, tuple(rows), tuple(tables), tuple(inner)))
+            done.append(
+                Provisioned(name, created, tuple(rows), tuple(tables), tuple(inner), drift, updated)
+            )
         return done
+
+    def _update_definition(
+        self, stored: SequenceSpec, declared: dict[str, Any], alias: str, *, dry_run: bool
+    ) -> SequenceSpec:
+        """Replace definition ``stored`` by the ``declared`` fields, checked first (nothing is
+        written when a check fails, nor in a dry run); the definition now in force."""
+        from .strategies import validate
+
+        check_bounds(declared["step"], declared["min_value"], declared["max_value"])
+        if not isinstance(declared["options"], dict):
+            raise InvalidDefinition(
+                f"Sequence {stored.name!r}: options must be a dict; got {declared['options']!r}."
+            )
+        new = SequenceSpec(name=stored.name, **declared)
+        validate(new)
+        check_redefinition(stored, new, using=alias)
+        if dry_run:
+            return stored
+        seq = self.using(alias).get(name=stored.name)
+        for field_name, value in declared.items():
+            setattr(seq, field_name, value)
+        seq.save(using=alias)
+        log.warning(
+            "Sequence %r updated from its declaration: %s.",
+            stored.name,
+            "; ".join(str(d) for d in drift_of(stored, declared)),
+        )
+        return new
+
+    def reset_series(
+        self, name: str, *, using: str | None = None, dry_run: bool = False
+    ) -> list[SeriesReset]:
+        """Go back: put every counter row of sequence ``name`` back to ``min_value - 1`` and
+        forget the marks its deleted rows left, so the next leases start at ``min_value`` again
+        and **every value and number already issued will be issued again**.
+
+        The one way back (invariant I7): deleting and defining a sequence again never does
+        this. It is logged as a warning. Running processes keep the ranges they cached;
+        a ``redis`` sequence's live Redis counter is not touched. Returns one
+        :class:`SeriesReset` per key (with ``dry_run``: what would be reset, nothing written).
+        Raises :class:`SequenceNotFound` when ``name`` has neither a definition nor marks.
+        """
+        from .models import Segment, Sequence, SeriesMark
+
+        check_name(name)
+        alias = resolve_alias(using)
+        with transaction.atomic(using=alias):
+            pk = Sequence.objects.using(alias).filter(name=name).values_list("pk", flat=True)
+            found_pk = pk.first()
+            rows = (
+                []
+                if found_pk is None
+                else list(
+                    Segment.objects.using(alias)
+                    .select_for_update()
+                    .filter(sequence_id=found_pk)
+                    .values_list("pk", "key", "value", "min_value")
+                )
+            )
+            marks = dict(
+                SeriesMark.objects.using(alias)
+                .select_for_update()
+                .filter(sequence=name)
+                .values_list("key", "value")
+            )
+            if found_pk is None and not marks:
+                raise SequenceNotFound(name, using=using)
+            out = []
+            for _pk, key, value, lo in rows:
+                before = max(value, marks.pop(key, value))
+                if before != lo - 1:
+                    out.append(SeriesReset(key, before, lo - 1))
+            out.extend(SeriesReset(key, value, None) for key, value in marks.items())
+            out.sort(key=lambda r: r.key)
+            if dry_run or not out:
+                return out
+            Segment.objects.using(alias).filter(pk__in=[r[0] for r in rows]).update(
+                value=models.F("min_value") - 1, version=models.F("version") + 1
+            )
+            SeriesMark.objects.using(alias).filter(sequence=name).delete()
+        log.warning(
+            "Sequence %r was reset (reset_series) on database %r: %s. Values and numbers "
+            "issued before will be issued again.",
+            name,
+            alias,
+            ", ".join(str(r) for r in out),
+        )
+        return out
 
     def provision_inner(
         self, name: str, *, using: str | None = None, dry_run: bool = False
@@ -232,7 +363,7 @@ class SequenceManager(models.Manager["Sequence"]):
             w.set_autocommit(False)
             try:
                 _insert(w, seq)
-                _insert(w, _row_for(seq, name))
+                _insert(w, _row_for(w, seq, name))
                 w.commit()
                 return True
             except IntegrityError:
@@ -256,17 +387,143 @@ class SequenceManager(models.Manager["Sequence"]):
         return seq
 
 
-def _row_for(seq: Sequence, key: str) -> Segment:
+def _row_for(w: BaseDatabaseWrapper, seq: Sequence, key: str) -> Segment:
+    """A new counter row ``key`` of ``seq``, read on connection ``w``: it starts at
+    ``min_value - 1``, or above the mark a deleted row of that key left (invariant I7: a
+    re-definition never issues the old series' values again)."""
     from .models import Segment
 
     return Segment(
         sequence_id=seq.pk,
         key=key,
-        value=seq.min_value - 1,
+        value=max(seq.min_value - 1, _mark_of(w, key)),
         min_value=seq.min_value,
         max_value=seq.max_value,
         step=seq.step,
     )
+
+
+def _mark_of(w: BaseDatabaseWrapper, key: str) -> int:
+    """The last value a deleted counter row ``key`` had leased (``SeriesMark``), or the
+    smallest BIGINT when none was deleted."""
+    from .models import SeriesMark
+
+    found = _select(w, SeriesMark.objects.filter(key=key).values_list("value"))
+    return int(found[0][0]) if found else -BIGINT_MAX - 1
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One field in which a stored definition differs from its declaration."""
+
+    field: str
+    stored: Any
+    declared: Any
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.stored!r} -> {self.declared!r}"
+
+
+def drift_of(spec: SequenceSpec, declared: dict[str, Any]) -> tuple[Drift, ...]:
+    """The fields of definition ``spec`` that differ from the ``declared`` ones (as
+    ``conf.sequence_defaults`` fills them in)."""
+    from .conf import SEQUENCE_FIELDS
+
+    out = []
+    for field_name in SEQUENCE_FIELDS:
+        stored = getattr(spec, field_name)
+        if field_name == "options":
+            stored = dict(stored)
+        if stored != declared[field_name]:
+            out.append(Drift(field_name, stored, declared[field_name]))
+    return tuple(out)
+
+
+def issued_up_to(name: str, *, using: str | None = None) -> int | None:
+    """The largest value counter rows of sequence ``name`` leased (its live rows and the marks
+    of its deleted ones), or None if they never leased one."""
+    from django.db.models import Max
+
+    from .models import Segment, SeriesMark
+
+    alias = resolve_alias(using)
+    rows = Segment.objects.using(alias).filter(sequence__name=name, version__gt=0)
+    high = rows.aggregate(v=Max("value"))["v"]
+    mark = SeriesMark.objects.using(alias).filter(sequence=name).aggregate(v=Max("value"))["v"]
+    found = [v for v in (high, mark) if v is not None]
+    return max(found) if found else None
+
+
+def check_redefinition(
+    stored: SequenceSpec, new: SequenceSpec, *, using: str | None = None
+) -> None:
+    """Refuse (:class:`InvalidDefinition`) to replace definition ``stored`` by ``new`` when the
+    change could issue a value or number again (invariant I7): once the sequence issued, its
+    strategy, its options that say where values are counted (all but
+    :data:`TUNING_OPTIONS`), its template and its reset period stay, and ``max_value`` stays at
+    or above the largest value leased. Strategies without counter rows are assumed to have
+    issued."""
+    high = issued_up_to(stored.name, using=using)
+    if stored.strategy in ROW_STRATEGIES and high is None:
+        return
+    problems = []
+    if new.strategy != stored.strategy:
+        problems.append(
+            f"its strategy cannot change ({stored.strategy!r} -> {new.strategy!r}): another "
+            f"strategy counts elsewhere and could issue the same values again"
+        )
+    changed = sorted(
+        k
+        for k in set(stored.options) | set(new.options)
+        if k not in TUNING_OPTIONS and stored.options.get(k) != new.options.get(k)
+    )
+    if changed:
+        problems.append(
+            f"options {', '.join(changed)} cannot change: they say where and how values are "
+            f"counted (only {', '.join(sorted(TUNING_OPTIONS))} may)"
+        )
+    if high is not None and new.max_value < high:
+        problems.append(
+            f"max_value cannot go below {high}, the largest value leased already (keep it at "
+            f"{high} or more; declared: {new.max_value})"
+        )
+    if stored.template and new.template != stored.template:
+        problems.append(
+            f"its template cannot change ({stored.template!r} -> {new.template!r}): numbers "
+            f"of the new template could equal numbers already issued"
+        )
+    elif stored.template and new.reset != stored.reset:
+        from .numbers import compile_template, reset_period
+
+        before = reset_period(stored, compile_template(stored))
+        after = reset_period(new, compile_template(new))
+        if before != after:
+            problems.append(
+                f"its counter's reset period cannot change ({before or 'never'} -> "
+                f"{after or 'never'}): the new period's counter would start again at min_value "
+                f"under the same date"
+            )
+    if problems:
+        raise InvalidDefinition(
+            f"Sequence {stored.name!r} has issued values already, so {'; '.join(problems)}. "
+            f"Keep the stored definition, or declare the new one under another name."
+        )
+
+
+@dataclass(frozen=True)
+class SeriesReset:
+    """One counter-row key :meth:`SequenceManager.reset_series` put back."""
+
+    key: str
+    #: the last value leased (of the row, or of the mark a deleted row left)
+    before: int
+    #: the row's value now (``min_value - 1``), or None when only a mark was forgotten (a row
+    #: made later starts at its definition's ``min_value``)
+    after: int | None
+
+    def __str__(self) -> str:
+        after = "forgotten" if self.after is None else self.after
+        return f"{self.key}: {self.before} -> {after}"
 
 
 @dataclass(frozen=True)
@@ -282,6 +539,10 @@ class Provisioned:
     tables: tuple[str, ...] = ()
     #: inner definitions of a failover or memory_bits sequence created, as ``alias:name``
     inner: tuple[str, ...] = ()
+    #: fields in which the stored definition differs from the declaration (stored -> declared)
+    drift: tuple[Drift, ...] = ()
+    #: the declaration replaced the stored definition (``update``; a dry run: it would)
+    updated: bool = False
 
 
 def shard_keys(spec: SequenceSpec) -> list[str]:
@@ -327,7 +588,7 @@ def _provision_shard_rows(spec: SequenceSpec, alias: str, *, dry_run: bool, new:
         made = []
         for key in missing:
             try:
-                _insert(w, _row_for(seq, key))
+                _insert(w, _row_for(w, seq, key))
             except IntegrityError:  # another process made it first: fine
                 continue
             made.append(key)
@@ -350,10 +611,10 @@ class SegmentManager(models.Manager["Segment"]):
         ``<name>:<stamp>``, made by templated numbers that restart every period and by the
         ``redis`` strategy's ``period``); returns their keys.
 
-        Kept: the ``keep`` newest periods, and every row leased within ``idle``. A deleted
-        period that is used again starts over at ``min_value``, repeating its numbers, so
-        ``idle`` must be far longer than any clock error or any period a process may still
-        issue in (a week, by default, for daily periods).
+        Kept: the ``keep`` newest periods, and every row leased within ``idle``. Each deleted
+        row leaves its last value as a mark (``SeriesMark``, one small row per period), so a
+        finished period used again (a clock error, a process that issued late) resumes above
+        its last value rather than repeating its numbers (invariant I7).
         """
         if keep < 1:
             raise InvalidCount(f"keep must be at least 1; got {keep}.")
@@ -494,7 +755,7 @@ class SegmentManager(models.Manager["Segment"]):
         pk, step, lo, hi = found[0]
         seq = Sequence(pk=pk, name=name, step=step, min_value=lo, max_value=hi)
         with contextlib.suppress(IntegrityError):  # another process created it first: fine
-            _insert(w, _row_for(seq, key))
+            _insert(w, _row_for(w, seq, key))
 
 
 def _returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> int | None:

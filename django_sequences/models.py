@@ -6,7 +6,9 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
+from django.db.models.signals import pre_delete
 from django.utils.translation import gettext_lazy as _
 
 from .compat import check_constraint
@@ -19,6 +21,26 @@ from .strategies import validate
 
 #: Longest counter-row key: a sequence name plus a period, shard or partition suffix.
 MAX_KEY_LENGTH = 191
+
+#: The collation of :class:`ExactCharField` columns on MariaDB/MySQL.
+BINARY_COLLATION = "utf8mb4_bin"
+
+
+class ExactCharField(models.CharField):
+    """A ``CharField`` compared exactly (byte for byte) in every database (invariant I8).
+
+    SQLite and PostgreSQL compare text exactly already; MariaDB/MySQL's default collations
+    ignore case (``"ABC" = "abc"``), so there the column gets the binary collation
+    ``utf8mb4_bin``. Django's schema editor reads it from :meth:`db_parameters`, so the
+    migrations and ``makemigrations`` see one field on every database. An explicit
+    ``db_collation`` wins.
+    """
+
+    def db_parameters(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
+        params: dict[str, Any] = super().db_parameters(connection)
+        if connection.vendor == "mysql" and not self.db_collation:
+            params["collation"] = BINARY_COLLATION
+        return params
 
 
 class _Bounds(models.Model):
@@ -45,7 +67,7 @@ class _Bounds(models.Model):
 class Sequence(_Bounds):
     """A named sequence: how its values are made. Its counters live in :class:`Segment` rows."""
 
-    name = models.CharField(_("name"), max_length=MAX_NAME_LENGTH, unique=True)
+    name = ExactCharField(_("name"), max_length=MAX_NAME_LENGTH, unique=True)
     strategy = models.CharField(
         _("strategy"),
         max_length=32,
@@ -146,7 +168,7 @@ class Segment(_Bounds):
     sequence = models.ForeignKey(
         Sequence, on_delete=models.CASCADE, related_name="segments", verbose_name=_("sequence")
     )
-    key = models.CharField(_("key"), max_length=MAX_KEY_LENGTH, unique=True)
+    key = ExactCharField(_("key"), max_length=MAX_KEY_LENGTH, unique=True)
     value = models.BigIntegerField(_("last leased value"))
     version = models.BigIntegerField(_("version"), default=0)
 
@@ -161,11 +183,70 @@ class Segment(_Bounds):
         return self.key
 
 
+class SeriesMark(models.Model):
+    """The last value leased from a counter row that was deleted (invariant I7).
+
+    Written in the deleting transaction whenever a :class:`Segment` goes: the admin's delete,
+    a queryset or model delete, the cascade of its definition's delete, or
+    ``Segment.objects.prune_periods``. Every counter row made later under the same key (by
+    ``define``, provisioning, or on first use) starts above it, so a re-definition of a deleted
+    sequence resumes where the old series stopped instead of issuing its values again. Only
+    ``Sequence.objects.reset_series`` (admin action, ``sequences_reset``) forgets marks.
+    """
+
+    key = ExactCharField(_("key"), max_length=MAX_KEY_LENGTH, unique=True)
+    sequence = ExactCharField(_("sequence"), max_length=MAX_NAME_LENGTH, db_index=True)
+    value = models.BigIntegerField(_("last leased value"))
+    deleted_at = models.DateTimeField(_("deleted at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("series mark")
+        verbose_name_plural = _("series marks")
+        ordering = ["key"]
+
+    def __str__(self) -> str:
+        return f"{self.key} > {self.value}"
+
+
+def _keep_mark(sender: type[Segment], instance: Segment, using: str, **kwargs: Any) -> None:
+    """Before a counter row is deleted, keep its last leased value as the mark of its key, in
+    the same transaction (``pre_delete`` fires for queryset deletes and cascades too). The row
+    is read again under a row lock: a lease committed since the delete loaded it counts too."""
+    rows = Segment.objects.using(using).filter(pk=instance.pk)
+    # a write first: it takes the row's lock (SQLite: the database's write lock, waiting for
+    # a concurrent lease rather than failing later on a read lock it cannot upgrade)
+    if not rows.update(version=F("version")):
+        return
+    found = list(rows.select_for_update().values_list("value", "min_value", "version"))
+    if not found:
+        return
+    value, lo, version = found[0]
+    if version == 0 and value < lo:
+        return  # never leased (and not resumed above a mark): nothing to remember
+    name = (
+        Sequence.objects.using(using)
+        .filter(pk=instance.sequence_id)
+        .values_list("name", flat=True)
+        .first()
+    ) or instance.key
+    marks = SeriesMark.objects.using(using)
+    mark = marks.select_for_update().filter(key=instance.key).first()
+    if mark is None:
+        marks.create(key=instance.key, sequence=name, value=value)
+    elif mark.value < value or mark.sequence != name:
+        mark.value = max(mark.value, value)
+        mark.sequence = name
+        mark.save(using=using)
+
+
+pre_delete.connect(_keep_mark, sender=Segment, dispatch_uid="django_sequences.keep_mark")
+
+
 class IssuedNumber(models.Model):
     """One issued value (and number), written by the ``IssueLog`` plugin: seed 000's
     ``generate_time`` record, for audits ("when was SO2026… issued, by which process?")."""
 
-    sequence = models.CharField(_("sequence"), max_length=MAX_NAME_LENGTH)
+    sequence = ExactCharField(_("sequence"), max_length=MAX_NAME_LENGTH)
     value = models.BigIntegerField(_("value"))
     number = models.CharField(_("number"), max_length=255, blank=True, db_index=True)
     issued_at = models.DateTimeField(_("issued at"))
@@ -190,7 +271,7 @@ class IssueStat(models.Model):
     snapshot of the counter rows (values leased out, whoever hands them out). Feeds the admin's
     chart and the ``status`` command."""
 
-    sequence = models.CharField(_("sequence"), max_length=MAX_NAME_LENGTH)
+    sequence = ExactCharField(_("sequence"), max_length=MAX_NAME_LENGTH)
     minute = models.DateTimeField(_("minute"), help_text=_("Start of the minute (UTC)."))
     source = models.CharField(_("source"), max_length=255)
     count = models.BigIntegerField(_("count"), default=0)
@@ -263,7 +344,7 @@ class WorkerLease(models.Model):
     by the database's clock, so hosts with skewed clocks agree.
     """
 
-    namespace = models.CharField(
+    namespace = ExactCharField(
         _("namespace"), max_length=MAX_NAME_LENGTH, help_text=_("Usually the sequence name.")
     )
     worker_id = models.PositiveIntegerField(_("worker id"))

@@ -209,9 +209,9 @@ def test_preview_errors_are_json_not_500(admin_client: Client) -> None:
     assert bad_bounds.status_code == 200
     assert bad_bounds.json() == {
         "ok": False,
-        "error": "min_value must be below max_value; got min_value=5, max_value=5.",
+        "error": "Min value must be below max value; got min value 5, max value 5.",
     }
-    assert not_int == {"ok": False, "error": "step must be an integer; got 'ten'."}
+    assert not_int == {"ok": False, "error": "Step must be an integer; got 'ten'."}
     assert too_wide["ok"] is False and "{seq:01}" in too_wide["error"]
 
 
@@ -263,8 +263,8 @@ def test_a_bad_template_is_shown_in_the_form_with_its_caret(admin_client: Client
 @pytest.mark.parametrize(
     ("changes", "field", "message"),
     [
-        ({"min_value": 50, "max_value": 50}, "min_value", "min_value must be below max_value"),
-        ({"step": 0}, "step", "step must be at least 1"),
+        ({"min_value": 50, "max_value": 50}, "min_value", "Min value must be below max value"),
+        ({"step": 0}, "step", "Step must be at least 1"),
         ({"max_value": 5}, "max_value", "leased values up to 10 already"),
         ({"step": "x"}, "step", "Enter a whole number."),
         ({"reset": "hour"}, "__all__", "shows no whole year"),
@@ -307,8 +307,8 @@ def test_strategy_option_errors_on_the_add_form(admin_client: Client) -> None:
 
     assert refused.status_code == 200
     errors = refused.context["adminform"].form.errors
-    assert "options['shards'] must be from 1 to 1024" in errors["__all__"][0]
-    assert "options[&#x27;shards&#x27;] must be from 1 to 1024" in refused.content.decode()
+    assert "the option “shards” (in Options) must be from 1 to 1024" in errors["__all__"][0]
+    assert "the option “shards” (in Options) must be from 1 to 1024" in refused.content.decode()
     assert unknown.status_code == 200
     assert "has no option(s)" in unknown.context["adminform"].form.errors["__all__"][0]
     assert a_list.status_code == 200

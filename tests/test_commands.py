@@ -141,7 +141,15 @@ def test_provision_makes_rows_shards_and_tables_once() -> None:
     assert again == {
         "dry_run": False,
         "sequences": [
-            {"name": n, "created": False, "rows": [], "tables": [], "inner": []}
+            {
+                "name": n,
+                "created": False,
+                "rows": [],
+                "tables": [],
+                "inner": [],
+                "drift": [],
+                "updated": False,
+            }
             for n in ("cmd.plain", "cmd.sharded", "cmd.tables")
         ],
     }
@@ -160,12 +168,20 @@ def test_provision_makes_rows_shards_and_tables_once() -> None:
 
 @override_settings(DJANGO_SEQUENCES=DECLARED)
 def test_provision_json_and_missing_shard_rows_of_an_existing_definition() -> None:
-    Sequence.objects.define("cmd.sharded", strategy="strict", options={"shards": 4})
+    Sequence.objects.define("cmd.sharded", strategy="strict", options={"shards": 4}, max_value=1000)
     dry = json.loads(run("sequences_provision", "cmd.sharded", "--dry-run", "--json"))
     assert dry == {
         "dry_run": True,
         "sequences": [
-            {"name": "cmd.sharded", "created": False, "rows": SHARD_KEYS, "tables": [], "inner": []}
+            {
+                "name": "cmd.sharded",
+                "created": False,
+                "rows": SHARD_KEYS,
+                "tables": [],
+                "inner": [],
+                "drift": [],
+                "updated": False,
+            }
         ],
     }
     assert not Segment.objects.filter(key__in=SHARD_KEYS).exists()
@@ -176,12 +192,112 @@ def test_provision_json_and_missing_shard_rows_of_an_existing_definition() -> No
     made = json.loads(run("sequences_provision", "cmd.sharded", "--json"))
     rest = [k for k in SHARD_KEYS if k != "cmd.sharded#1"]
     assert made["sequences"] == [
-        {"name": "cmd.sharded", "created": False, "rows": rest, "tables": [], "inner": []}
+        {
+            "name": "cmd.sharded",
+            "created": False,
+            "rows": rest,
+            "tables": [],
+            "inner": [],
+            "drift": [],
+            "updated": False,
+        }
     ]
     assert Segment.objects.get(key="cmd.sharded#1").value == 41  # left as it was
     assert set(Segment.objects.filter(key__in=SHARD_KEYS).values_list("key", flat=True)) == set(
         SHARD_KEYS
     )
+
+
+DRIFTED: dict[str, Any] = {
+    "SEQUENCES": {"cmd.drift": {"step": 50, "template": "D{seq:05}"}, "cmd.plain": {"step": 10}}
+}
+
+
+@override_settings(DJANGO_SEQUENCES=DRIFTED)
+def test_regression_provision_said_up_to_date_when_the_declaration_drifted() -> None:
+    """Issue 11, finding 9: a changed step and an added template were reported "up to date"."""
+    Sequence.objects.define("cmd.drift", step=10)
+    Sequence.objects.define("cmd.plain", step=10)
+    assert lines("sequences_provision") == [
+        "cmd.drift: step: 10 -> 50",
+        "cmd.drift: template: '' -> 'D{seq:05}'",
+        Provision.DRIFTED.format(name="cmd.drift"),
+        "cmd.plain: up to date",
+    ]
+    assert Sequence.objects.get(name="cmd.drift").step == 10  # reported, not applied
+    data = json.loads(run("sequences_provision", "cmd.drift", "--json"))
+    assert data["sequences"][0]["drift"] == [
+        {"field": "step", "stored": 10, "declared": 50},
+        {"field": "template", "stored": "", "declared": "D{seq:05}"},
+    ]
+    assert data["sequences"][0]["updated"] is False
+    [found] = Sequence.objects.provision_details(["cmd.drift"])
+    assert [(d.field, d.stored, d.declared) for d in found.drift] == [
+        ("step", 10, 50),
+        ("template", "", "D{seq:05}"),
+    ]
+
+    assert lines("sequences_provision", "cmd.drift", "--update", "--dry-run") == [
+        "would update cmd.drift: step: 10 -> 50",
+        "would update cmd.drift: template: '' -> 'D{seq:05}'",
+    ]
+    assert Sequence.objects.get(name="cmd.drift").step == 10
+    assert lines("sequences_provision", "cmd.drift", "--update") == [
+        "updated cmd.drift: step: 10 -> 50",
+        "updated cmd.drift: template: '' -> 'D{seq:05}'",
+    ]
+    seq = Sequence.objects.get(name="cmd.drift")
+    assert (seq.step, seq.template) == (50, "D{seq:05}")
+    assert Segment.objects.get(key="cmd.drift").step == 50
+    assert lines("sequences_provision", "cmd.drift") == ["cmd.drift: up to date"]
+
+
+@pytest.mark.parametrize(
+    ("declared", "message"),
+    [
+        ({"step": 10, "max_value": 5}, "max_value cannot go below 10"),
+        ({"step": 10, "strategy": "strict"}, "its strategy cannot change"),
+        ({"step": 0}, "step must be at least 1"),
+    ],
+)
+def test_provision_update_refuses_a_change_that_would_reopen_the_series(
+    declared: dict[str, Any], message: str
+) -> None:
+    Sequence.objects.define("cmd.issued", step=10)
+    assert Segment.objects.lease("cmd.issued") == (1, 10)
+    before = state()
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"cmd.issued": declared}}):
+        with pytest.raises(CommandError, match=message):
+            run("sequences_provision", "--update")
+        with pytest.raises(CommandError, match=message):
+            run("sequences_provision", "--update", "--dry-run")
+    assert state() == before
+    assert Sequence.objects.get(name="cmd.issued").step == 10
+
+
+def test_provision_update_refuses_another_template_after_numbers_were_issued() -> None:
+    Sequence.objects.define("cmd.tpl", step=10, template="A{seq:04}", options={"min_step": 5})
+    assert next_number("cmd.tpl") == "A0001"
+    changed = {"step": 10, "template": "B{seq:04}", "options": {"min_step": 5}}
+    with (
+        override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"cmd.tpl": changed}}),
+        pytest.raises(CommandError, match="its template cannot change"),
+    ):
+        run("sequences_provision", "--update")
+    tuned = {"step": 10, "template": "A{seq:04}", "options": {"min_step": 2}}
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"cmd.tpl": tuned}}):
+        assert lines("sequences_provision", "--update") == [
+            "updated cmd.tpl: options: {'min_step': 5} -> {'min_step': 2}"
+        ]
+
+
+def test_provision_update_of_a_sequence_that_never_issued_may_change_anything() -> None:
+    Sequence.objects.define("cmd.fresh", step=10, max_value=100)
+    declared = {"strategy": "strict", "step": 5, "max_value": 50}
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"cmd.fresh": declared}}):
+        run("sequences_provision", "--update")
+    seq = Sequence.objects.get(name="cmd.fresh")
+    assert (seq.strategy, seq.step, seq.max_value) == ("strict", 5, 50)
 
 
 def test_provision_of_a_name_not_declared() -> None:
@@ -310,7 +426,7 @@ def test_status_table_and_json(no_stats: None) -> None:
 
 
 def test_status_of_a_sharded_sequence_and_expired_leases(no_stats: None) -> None:
-    Sequence.objects.define("cmd.sharded", strategy="strict", options={"shards": 4})
+    Sequence.objects.define("cmd.sharded", strategy="strict", options={"shards": 4}, max_value=1000)
     next_values("cmd.sharded", 5, key="chat-1")
     WorkerLease.objects.create(
         namespace="cmd.sharded",

@@ -1,6 +1,8 @@
-"""``manage.py sequences_provision [NAME …]``: the issue's *provision*: create the sequences
-declared in ``DJANGO_SEQUENCES["SEQUENCES"]``, with their shard rows, auto-increment tables and
-the inner definitions of failover and memory_bits sequences on their own database aliases.
+"""``manage.py sequences_provision [NAME …] [--update]``: the issue's *provision*: create the
+sequences declared in ``DJANGO_SEQUENCES["SEQUENCES"]``, with their shard rows, auto-increment
+tables and the inner definitions of failover and memory_bits sequences on their own database
+aliases; report every field in which a stored definition differs from its declaration, and
+apply the declaration only with ``--update`` (refused when it could issue values again).
 
 A thin wrapper over :meth:`Sequence.objects.provision_details
 <django_sequences.managers.SequenceManager.provision_details>`.
@@ -20,7 +22,8 @@ class Command(SequenceCommand):
     help = (
         "Create the sequences declared in DJANGO_SEQUENCES['SEQUENCES'] (all, or those named) "
         "that do not exist yet, with their shard rows, auto-increment tables and the inner "
-        "definitions of failover/memory_bits sequences on each alias. Idempotent."
+        "definitions of failover/memory_bits sequences on each alias. Idempotent. Reports "
+        "where a stored definition differs from its declaration; --update applies it."
     )
 
     CREATED = "created {name}"
@@ -32,6 +35,10 @@ class Command(SequenceCommand):
     INNER_CREATED = "created inner definition {inner}"
     INNER_WOULD_CREATE = "would create inner definition {inner}"
     UP_TO_DATE = "{name}: up to date"
+    DRIFT = "{name}: {drift}"
+    DRIFTED = "{name}: differs from its declaration; run with --update to apply it"
+    UPDATED = "updated {name}: {drift}"
+    WOULD_UPDATE = "would update {name}: {drift}"
     NONE_DECLARED = "No sequences are declared in DJANGO_SEQUENCES['SEQUENCES']."
 
     dry_run_help = "only say what would be made"
@@ -39,11 +46,20 @@ class Command(SequenceCommand):
 
     def add_own_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("names", nargs="*", metavar="NAME", help="default: every declared one")
+        parser.add_argument(
+            "--update",
+            action="store_true",
+            help="replace stored definitions that differ from their declaration (refused when "
+            "the change could issue values again)",
+        )
 
     def run(self, options: dict[str, Any]) -> None:
         dry_run: bool = options["dry_run"]
         done = Sequence.objects.provision_details(
-            options["names"] or None, using=options["database"], dry_run=dry_run
+            options["names"] or None,
+            using=options["database"],
+            dry_run=dry_run,
+            update=options["update"],
         )
         if options["json"]:
             data = {
@@ -55,6 +71,11 @@ class Command(SequenceCommand):
                         "rows": list(p.rows),
                         "tables": list(p.tables),
                         "inner": list(p.inner),
+                        "drift": [
+                            {"field": d.field, "stored": d.stored, "declared": d.declared}
+                            for d in p.drift
+                        ],
+                        "updated": p.updated,
                     }
                     for p in done
                 ],
@@ -80,5 +101,11 @@ class Command(SequenceCommand):
                 self.stdout.write(
                     (self.INNER_WOULD_CREATE if dry_run else self.INNER_CREATED).format(inner=inner)
                 )
-            if not (p.created or p.rows or p.tables or p.inner):
+            applied = self.WOULD_UPDATE if dry_run else self.UPDATED
+            for d in p.drift:
+                line = applied if p.updated else self.DRIFT
+                self.stdout.write(line.format(name=p.name, drift=d))
+            if p.drift and not p.updated:
+                self.stdout.write(self.DRIFTED.format(name=p.name))
+            if not (p.created or p.rows or p.tables or p.inner or p.drift):
                 self.stdout.write(self.UP_TO_DATE.format(name=p.name))
