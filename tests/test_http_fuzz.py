@@ -34,8 +34,9 @@ from django_sequences.models import ApiToken, Segment, Sequence
 pytestmark = pytest.mark.django_db(transaction=True)
 
 #: The sequences every example may hit: a segment counter, a sharded strict one, numbers with
-#: and without a context, a snowflake (explain).
-NAMES = ("order", "msg", "waybill", "inv", "sf")
+#: and without a context, a snowflake and a timestamp (explain; 3 values a second, so 429s),
+#: memory_bits over strict.
+NAMES = ("order", "msg", "waybill", "inv", "sf", "ts", "mb")
 #: A small count limit: valid requests stay far from a prefetch (none runs in the background
 #: to move a counter row while an example compares them) and from max_value.
 MAX_COUNT = 20
@@ -147,7 +148,14 @@ def api() -> Iterator[Api]:
         Sequence.objects.define("waybill", step=100_000, template="{ctx.area:3}-{seq:06}")
         Sequence.objects.define("inv", strategy="strict", template="INV{seq:08}")
         Sequence.objects.define("sf", strategy="snowflake")
-        next_value("sf")  # its worker lease, made before the examples compare states
+        Sequence.objects.define(
+            "ts", strategy="timestamp", options={"counter": "local", "per_second_limit": 3}
+        )
+        Sequence.objects.define(
+            "mb", strategy="memory_bits", options={"bits": 2, "inner": "strict"}
+        )
+        for name in ("sf", "ts", "mb"):
+            next_value(name)  # worker leases and inner rows, made before states are compared
         for name in NAMES:
             get_sequence(name).status()  # built (and its rows made) before any example
         _, star = ApiToken.create_token("fuzz", ["*"])
@@ -357,6 +365,9 @@ def test_the_fuzzed_sequences_still_issue(api: Api) -> None:
     for transfer in ("chunked", "length"):
         response = api.send("POST", "/ids/order/values/", b'{"count": 5}', transfer=transfer)
         assert response.json()["count"] == 5
+    # more than the timestamp's per_second_limit: a 429, nothing issued (send checks it)
+    assert api.send("POST", "/ids/ts/values", b'{"count": 4}').status_code == 429
+    assert api.send("POST", "/ids/mb/values", b'{"count": 4}').json()["count"] == 4
     value = api.issued["order"][0]
     assert api.send("GET", f"/ids/sf/explain/{next_value('sf')}").status_code == 200
     assert api.send("GET", "/ids/order/status/").json()["issued"] == len(api.issued["order"])
