@@ -52,6 +52,7 @@ from .exceptions import (
     BackendUnavailable,
     ClockMovedBackwards,
     ConfigurationError,
+    InvalidCount,
     InvalidDefinition,
     InvalidName,
     IssueRejected,
@@ -243,10 +244,12 @@ def message_for(exc: BaseException) -> str:
             f"The body could not be read ({_detail(exc)}): it broke off, or its chunks are "
             f"malformed. Send it again."
         )
+    if isinstance(exc, InvalidCount):  # count_of() checks first: a limit lowered meanwhile
+        return "count is more than this server issues in one request; ask in several requests."
     if isinstance(exc, SuspiciousOperation):
         return "The server refused the request as malformed; check the URL and the body."
     if isinstance(exc, SequenceError):
-        # InvalidName, InvalidCount, InvalidKey, InvalidNumber, RateLimited: their text says
+        # InvalidName, InvalidKey, InvalidNumber, RateLimited: their text says
         # what was wrong with the value itself (the views check first what a client cannot
         # read in them: keys of unsharded sequences, a missing context)
         return str(exc)

@@ -34,6 +34,7 @@ from django_sequences.exceptions import (
     BackendUnavailable,
     ClockMovedBackwards,
     ConfigurationError,
+    InvalidCount,
     InvalidDefinition,
     IssueRejected,
     LeaseContention,
@@ -954,6 +955,11 @@ def test_regression_messages_gave_python_advice(api: Client) -> None:
         (ConfigurationError("DJANGO_SEQUENCES['X'] must be an int"), 500, "misconfigured"),
         (InvalidDefinition("options['step'] must be positive"), 500, "definition"),
         (OperationalError("connection refused"), 503, "connection refused"),
+        (
+            InvalidCount("count must be between 1 and 5 (DJANGO_SEQUENCES['MAX_BATCH'])"),
+            400,
+            "several",
+        ),
     ],
 )
 def test_regression_library_errors_gave_python_advice(
