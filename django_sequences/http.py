@@ -472,10 +472,10 @@ class _Refused(Exception):
 
 
 def _parse_int(text: str) -> int:
-    if len(text) > MAX_INT_DIGITS + 1:  # a sign and MAX_INT_DIGITS digits
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_INT_DIGITS:
         raise _Refused(
-            f"An integer in the body has {len(text.lstrip('-'))} digits; at most "
-            f"{MAX_INT_DIGITS} are read."
+            f"an integer in the body has {digits} digits; at most {MAX_INT_DIGITS} are read"
         )
     return int(text)
 

@@ -880,6 +880,8 @@ def test_regression_chunked_body_was_silently_ignored_under_gunicorn(gunicorn: s
     [
         (b'{"count": ' + b"9" * 5000 + b"}", "digits"),
         (b'{"count": -' + b"9" * 5000 + b"}", "digits"),
+        (b'{"count": ' + b"9" * 41 + b"}", "41 digits"),
+        (b'{"count": ' + b"9" * 40 + b"}", "between 1 and"),
         (b'{"count": NaN}', "not valid JSON"),
         (b'{"count": Infinity}', "not valid JSON"),
         (b'{"count": "\xff"}', "not UTF-8"),
