@@ -748,7 +748,8 @@ class _Ctx(_Part):
         return f"{chars}{{{self.max_length}}}" if self.max_length else f"{chars}+?"
 
     def value(self, context: Any, label: str) -> str:
-        """Looks up and validates the value (once per render or batch)."""
+        """Looks up and validates the value (once per render or batch); raises
+        :class:`InvalidKey` saying what is wrong."""
         found = context
         for attr in self.path:
             if found is None:
@@ -758,68 +759,84 @@ class _Ctx(_Part):
             except (KeyError, AttributeError):
                 found = None
                 break
-        where = f"Template {label!r}: {self.spelled}"
+        if found.__class__ is str and not self.padded:  # the usual case, checked in one go
+            text: str = found
+            if (
+                0 < len(text) <= (self.max_length or MAX_CONTEXT_LENGTH)
+                and (self.max_length is None or len(text) == self.max_length)
+                and not _BAD_CONTEXT_CHARS.search(text)
+                and (not self.digits or (text.isascii() and text.isdigit()))
+                and (self.stop is None or self.stop not in text)
+            ):
+                return text
+        problem, text = self._check(context, found)
+        if problem:
+            raise InvalidKey(f"Template {label!r}: {self.spelled}: {problem}")
+        return text
+
+    def _check(self, context: Any, found: Any) -> tuple[str, str]:
+        """(what is wrong with ``found`` or "", its text)."""
         dotted = ".".join(self.path)
         if found is None:
             if context is None:
-                raise InvalidKey(
-                    f"{where}: the number needs the context value {dotted!r}, and no context "
-                    f"was given."
+                return (
+                    f"the number needs the context value {dotted!r}, and no context was given.",
+                    "",
                 )
-            raise InvalidKey(f"{where}: the context has no value {dotted!r}.")
+            return f"the context has no value {dotted!r}.", ""
         if found.__class__ is bool or not isinstance(found, int | str):
-            raise InvalidKey(
-                f"{where}: the context value {dotted!r} must be a string or an integer, not "
-                f"{type(found).__name__}."
+            return (
+                f"the context value {dotted!r} must be a string or an integer, not "
+                f"{type(found).__name__}.",
+                "",
             )
         if self.padded:
-            return self._padded(found, where)
+            return self._padded(found)
         longest = self.max_length or MAX_CONTEXT_LENGTH
         if isinstance(found, int):  # (str() of a huge int would raise; refuse it first)
             if not -_CONTEXT_INT_BOUND < found < _CONTEXT_INT_BOUND:
-                raise InvalidKey(f"{where}: {dotted!r} has more than {longest} digits.")
+                return f"{dotted!r} has more than {longest} digits.", ""
             text = int.__repr__(found)
-        else:
+        else:  # (a str subclass: its own text, whatever its __str__ says)
             text = str.__str__(found)
         if not text:
-            raise InvalidKey(f"{where}: the context value {dotted!r} is empty.")
+            return f"the context value {dotted!r} is empty.", ""
         if len(text) > longest:
-            raise InvalidKey(
-                f"{where}: {text[:20]!r}… has {len(text)} characters; a context value without "
-                f"a width has at most {MAX_CONTEXT_LENGTH}."
+            return (
+                f"{text[:20]!r}… has {len(text)} characters; a context value without a width "
+                f"has at most {MAX_CONTEXT_LENGTH}.",
+                "",
             )
         bad = _BAD_CONTEXT_CHARS.search(text)
         if bad:
-            raise InvalidKey(
-                f"{where}: {text!r} holds {bad[0]!r}: a brace or a control, formatting or "
-                f"line-separator character, which a number may not contain."
+            return (
+                f"{text!r} holds {bad[0]!r}: a brace or a control, formatting or "
+                f"line-separator character, which a number may not contain.",
+                "",
             )
         if self.max_length is not None and len(text) != self.max_length:
-            raise InvalidKey(
-                f"{where}: {text!r} has {len(text)} characters, not exactly {self.max_length}."
-            )
+            return f"{text!r} has {len(text)} characters, not exactly {self.max_length}.", ""
         if self.digits and not (text.isascii() and text.isdigit()):
-            raise InvalidKey(f"{where}: {text!r} is not all digits.")
+            return f"{text!r} is not all digits.", ""
         if self.stop is not None and self.stop in text:
-            raise InvalidKey(
-                f"{where}: {text!r} contains {self.stop!r}, which ends {self.spelled} in the "
-                f"number, so two numbers could look alike; use a value without {self.stop!r}."
+            return (
+                f"{text!r} contains {self.stop!r}, which ends {self.spelled} in the number, so "
+                f"two numbers could look alike; use a value without {self.stop!r}.",
+                "",
             )
-        return text
+        return "", text
 
-    def _padded(self, found: int | str, where: str) -> str:
-        assert self.max_length is not None
+    def _padded(self, found: int | str) -> tuple[str, str]:
+        size = self.max_length
+        assert size is not None
         if isinstance(found, str):
             if not (found.isascii() and found.isdigit()) or len(found) > MAX_CONTEXT_LENGTH:
-                raise InvalidKey(f"{where}: {found[:20]!r} is not a number.")
+                return f"{found[:20]!r} is not a number.", ""
             found = int(found)
-        if not 0 <= found < 10**self.max_length:
+        if not 0 <= found < 10**size:
             shown = found if -_CONTEXT_INT_BOUND < found < _CONTEXT_INT_BOUND else "the number"
-            raise InvalidKey(
-                f"{where}: {shown} does not fit {self.max_length} digits (0 to "
-                f"{10**self.max_length - 1})."
-            )
-        return f"{found:0{self.max_length}d}"
+            return f"{shown} does not fit {size} digits (0 to {10**size - 1}).", ""
+        return "", f"{found:0{size}d}"
 
 
 class _Random(_Part):
@@ -1364,8 +1381,11 @@ class Template:
         :class:`InvalidKey` for a missing or ill-formed value. Callers that take a sequence
         value call this first, so a refused context consumes no value, and pass the result to
         :meth:`render` as ``texts``."""
+        steps = self._context_steps
+        if not steps:
+            return ()
         label = self.label
-        return tuple([part.value(context, label) for _, part in self._context_steps])
+        return tuple([part.value(context, label) for _, part in steps])
 
     def render(
         self,
