@@ -5,6 +5,13 @@ Nothing is cached, so there is nothing to lose on restart and nothing to reset a
 With ``shards = N`` the sequence is spread over N counter rows; a caller-given sub-key picks one
 by a stable hash (CRC-32), and the value issued is ``counter * N + shard``: unique across
 shards, strictly increasing per sub-key. The lock only guards the counters behind ``status()``.
+
+A refused batch consumes nothing (I10): a row that cannot give all ``count`` values raises
+``SequenceExhausted`` and writes nothing (``exact``), so with ``max_value`` 12 and 10 taken,
+``take(5)`` is refused and ``take(2)`` still gets 11 and 12. The one batch made of two
+increments is one that wraps a ``cycle`` row; if the second increment fails, the values of the
+first are a gap (nothing is cached to give them back to; with ``gapless`` the caller's rollback
+gives them back).
 """
 
 from __future__ import annotations
