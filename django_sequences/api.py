@@ -6,7 +6,7 @@ from typing import Any
 
 from .conf import app_settings
 from .core.base import IdGenerator, KeyedGenerator, Status
-from .core.validation import BIGINT_MAX, BIGINT_MIN, check_count
+from .core.validation import BIGINT_MAX, BIGINT_MIN, check_count, shown
 from .exceptions import InvalidDefinition, InvalidKey, SequenceError
 from .registry import _generators, cached, get, refused
 
@@ -88,7 +88,7 @@ def _keyed(gen: IdGenerator, key: object) -> KeyedGenerator:
             f"sequences do (strategy 'strict' with options['shards'])."
         )
     if not isinstance(key, str) or not key or len(key) > 255:
-        raise InvalidKey(f"A sub-key is a str of 1 to 255 characters; got {key!r}.")
+        raise InvalidKey(f"A sub-key is a str of 1 to 255 characters; got {shown(key)}.")
     return gen
 
 
@@ -151,10 +151,10 @@ def explain(name: str, value: int, *, using: str | None = None) -> dict[str, Any
             f"structured values (snowflake, timestamp) can be explained."
         )
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidKey(f"explain() takes an int value; got {value!r}.")
+        raise InvalidKey(f"explain() takes an int value; got {shown(value)}.")
     if not BIGINT_MIN <= value <= BIGINT_MAX:
         raise InvalidKey(
-            f"explain() takes a value this sequence issued, a 64-bit integer; got {value}."
+            f"explain() takes a value this sequence issued, a 64-bit integer; got {shown(value)}."
         )
     result: dict[str, Any] = decode(value)
     return result

@@ -135,7 +135,7 @@ _option_names = st.sampled_from(
     options=st.dictionaries(_option_names, _option_values, max_size=5),
     name=st.one_of(st.text(max_size=8), st.sampled_from(["sf", "ts"])),
     extra=st.dictionaries(
-        st.sampled_from(["step", "min_value", "max_value", "cycle", "template", "x"]),
+        st.sampled_from(["step", "min_value", "max_value", "cycle", "template", "reset", "x"]),
         _option_values,
         max_size=3,
     ),
@@ -154,13 +154,8 @@ def test_checks_never_crash_on_any_declared_options(
         assert m.id != "django_sequences.E013", m.msg  # a check raised: a bug to fix
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 finding 7, numbers.py (not this module's): check_definition tests "
-    "`spec.reset not in _FINENESS` on an unhashable reset and raises TypeError, so the checks "
-    "report the E013 guard instead of E006",
-)
 def test_a_declared_reset_that_is_a_list_is_e006() -> None:
+    """Found by the property test above (numbers.check_definition raised TypeError)."""
     seqs = {"x": {"template": "{seq}", "reset": ["day"]}}
     with override_settings(DJANGO_SEQUENCES={"SEQUENCES": seqs}):
         assert [m.id for m in run_checks()] == ["django_sequences.E006"]

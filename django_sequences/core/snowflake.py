@@ -16,6 +16,7 @@ from typing import Any
 
 from ..exceptions import ClockMovedBackwards, InvalidDefinition, InvalidKey, SequenceExhausted
 from .ticks import LeasedTickGenerator, Slot
+from .validation import shown
 
 UNITS: dict[str, int] = {"ms": 1_000_000, "s": 1_000_000_000}
 """Time unit -> nanoseconds."""
@@ -30,7 +31,7 @@ def parse_epoch(value: object, unit: str, *, name: str = "?") -> int:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise InvalidDefinition(
             f"Sequence {name!r}: options['epoch'] must be an ISO date string or an int of "
-            f"{unit} since 1970-01-01 UTC; got {value!r}."
+            f"{unit} since 1970-01-01 UTC; got {shown(value)}."
         )
     if isinstance(value, int):
         if value < 0:
@@ -72,7 +73,7 @@ def check_layout(
     whatever built it. Says nothing about the clock (see :meth:`Layout.from_options`)."""
     if not isinstance(unit, str) or unit not in UNITS:
         raise InvalidDefinition(
-            f"Sequence {name!r}: options['time_unit'] must be 'ms' or 's'; got {unit!r}."
+            f"Sequence {name!r}: options['time_unit'] must be 'ms' or 's'; got {shown(unit)}."
         )
     bits: dict[str, int] = {}
     for key, v, low in (
@@ -82,30 +83,31 @@ def check_layout(
     ):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise InvalidDefinition(
-                f"Sequence {name!r}: options[{key!r}] must be an int >= {low}; got {v!r}."
+                f"Sequence {name!r}: options[{key!r}] must be an int >= {low}; got {shown(v)}."
             )
         bits[key] = v
     total = sum(bits.values())
     if total > 63:
         raise InvalidDefinition(
-            f"Sequence {name!r}: options time_bits ({bits['time_bits']}) + worker_bits "
-            f"({bits['worker_bits']}) + sequence_bits ({bits['sequence_bits']}) = {total}; "
-            f"they must add up to at most 63 so values stay positive 64-bit integers."
+            f"Sequence {name!r}: options time_bits ({shown(bits['time_bits'])}) + worker_bits "
+            f"({shown(bits['worker_bits'])}) + sequence_bits ({shown(bits['sequence_bits'])}) "
+            f"= {shown(total)}; they must add up to at most 63 so values stay positive 64-bit "
+            f"integers."
         )
     if bits["worker_bits"] > 31:
         raise InvalidDefinition(
             f"Sequence {name!r}: options['worker_bits'] is at most 31 (a worker id is stored "
-            f"in a 32-bit column); got {bits['worker_bits']}."
+            f"in a 32-bit column); got {shown(bits['worker_bits'])}."
         )
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
         raise InvalidDefinition(
             f"Sequence {name!r}: options['epoch'] must be an int >= 0 of {unit} since "
-            f"1970-01-01 UTC; got {epoch!r}."
+            f"1970-01-01 UTC; got {shown(epoch)}."
         )
     if epoch > _MAX_NS // UNITS[unit]:
         raise InvalidDefinition(
-            f"Sequence {name!r}: options['epoch'] ({epoch} {unit} since 1970-01-01 UTC) is after "
-            f"the year 9999; use an ISO date such as '2024-01-01'."
+            f"Sequence {name!r}: options['epoch'] ({shown(epoch)} {unit} since 1970-01-01 UTC) "
+            f"is after the year 9999; use an ISO date such as '2024-01-01'."
         )
 
 
@@ -215,12 +217,12 @@ class Layout:
         units since the layout's epoch), ``worker_id`` and ``sequence``."""
         total = self.time_bits + self.worker_bits + self.sequence_bits
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << total:
-            raise InvalidKey(f"{value!r} is not a value of this layout ({total} bits).")
+            raise InvalidKey(f"{shown(value)} is not a value of this layout ({total} bits).")
         tick = value >> (self.worker_bits + self.sequence_bits)
         when = self.to_datetime(tick + self.epoch)
         if when is None:
             raise InvalidKey(
-                f"{value!r} is not a value of this sequence: its time field says {tick} "
+                f"{shown(value)} is not a value of this sequence: its time field says {tick} "
                 f"{self.time_unit} after the epoch, after 9999-12-31, a time it never reached."
             )
         return {

@@ -38,7 +38,7 @@ from . import forking
 from .base import Status
 from .clock import SYSTEM_CLOCK, Clock
 from .ticks import LeasedTickGenerator, Slot, _is_system
-from .validation import BIGINT_MAX
+from .validation import BIGINT_MAX, shown
 
 #: Formats whose numbers grow with time, one step per second (fixed width, no separators).
 FORMATS = ("%y%m%d%H%M%S", "%Y%m%d%H%M%S", "%y%j%H%M%S", "%Y%j%H%M%S")
@@ -62,18 +62,19 @@ class TimestampLayout:
         if fmt not in FORMATS:
             raise InvalidDefinition(
                 f"Sequence {name!r}: options['format'] must be one of {', '.join(FORMATS)} "
-                f"(numbers must grow with time, one step per second); got {fmt!r}."
+                f"(numbers must grow with time, one step per second); got {shown(fmt)}."
             )
         digits = options.get("digits", 5)
         if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 12:
             raise InvalidDefinition(
-                f"Sequence {name!r}: options['digits'] must be an int from 1 to 12; got {digits!r}."
+                f"Sequence {name!r}: options['digits'] must be an int from 1 to 12; "
+                f"got {shown(digits)}."
             )
         wd = options.get("worker_digits", 2) if local else 0
         if local and (isinstance(wd, bool) or not isinstance(wd, int) or not 1 <= wd <= 6):
             raise InvalidDefinition(
                 f"Sequence {name!r}: options['worker_digits'] must be an int from 1 to 6; "
-                f"got {wd!r}."
+                f"got {shown(wd)}."
             )
         if not local and "worker_digits" in options:
             raise InvalidDefinition(
@@ -85,7 +86,8 @@ class TimestampLayout:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 10**digits:
             raise InvalidDefinition(
                 f"Sequence {name!r}: options['per_second_limit'] must be an int from 1 to "
-                f"{10**digits - 1} (it must fit options['digits']={digits}); got {limit!r}."
+                f"{10**digits - 1} (it must fit options['digits']={digits}); "
+                f"got {shown(limit)}."
             )
         layout = cls(format=fmt, digits=digits, worker_digits=wd, limit=limit)
         until = layout.fits_until()
@@ -145,7 +147,7 @@ class TimestampLayout:
 
     def explain(self, value: int) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise InvalidKey(f"{value!r} is not a value of this sequence.")
+            raise InvalidKey(f"{shown(value)} is not a value of this sequence.")
         rest, counter = divmod(value, 10**self.digits)
         time_part, worker = divmod(rest, 10**self.worker_digits)
         text, fmt = str(time_part).zfill(self.width), self.format
@@ -154,7 +156,7 @@ class TimestampLayout:
         try:
             when = datetime.strptime(text, fmt)
         except ValueError as exc:
-            raise InvalidKey(f"{value!r} is not a value of this sequence: {exc}.") from None
+            raise InvalidKey(f"{shown(value)} is not a value of this sequence: {exc}.") from None
         out: dict[str, Any] = {"time": when.replace(tzinfo=UTC)}
         if self.worker_digits:
             out["worker_id"] = worker

@@ -20,10 +20,25 @@ BIGINT_MIN = -(2**63)
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*\Z")
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for a message, for any value a caller may pass: an int too long to
+    print (Python refuses ints over 4300 digits) is shown by its size, a long repr is cut,
+    a repr that raises is replaced by the type's name."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an int of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:
+        return f"a {type(value).__name__} object"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def check_name(name: object) -> str:
     """Return ``name`` if it is a valid sequence name, else raise :class:`InvalidName`."""
     if not isinstance(name, str):
-        raise InvalidName(f"A sequence name must be a str, not {type(name).__name__}: {name!r}.")
+        raise InvalidName(
+            f"A sequence name must be a str, not {type(name).__name__}: {shown(name)}."
+        )
     if not name:
         raise InvalidName("A sequence name must not be empty.")
     if len(name) > MAX_NAME_LENGTH:
@@ -44,8 +59,8 @@ def check_using(using: object) -> str | None:
     raise :class:`ConfigurationError` (as an alias that is not a key of ``DATABASES`` does)."""
     if using is not None and not isinstance(using, str):
         raise ConfigurationError(
-            f"using={using!r} is not a key of DATABASES: pass a database alias (a str) or None "
-            f"for the default, not {type(using).__name__}."
+            f"using={shown(using)} is not a key of DATABASES: pass a database alias (a str) or "
+            f"None for the default, not {type(using).__name__}."
         )
     return using
 
@@ -53,19 +68,20 @@ def check_using(using: object) -> str | None:
 def check_count(count: object, maximum: int) -> int:
     """Return ``count`` if it is an int in 1 … ``maximum``, else raise :class:`InvalidCount`."""
     if not isinstance(count, int) or isinstance(count, bool):
-        raise InvalidCount(f"count must be an int, not {type(count).__name__}: {count!r}.")
+        raise InvalidCount(f"count must be an int, not {type(count).__name__}: {shown(count)}.")
     if count < 1 or count > maximum:
         raise InvalidCount(
-            f"count must be between 1 and {maximum} (DJANGO_SEQUENCES['MAX_BATCH']); got {count}."
+            f"count must be between 1 and {maximum} (DJANGO_SEQUENCES['MAX_BATCH']); "
+            f"got {shown(count)}."
         )
     return count
 
 
 def _check_int(label: str, v: object) -> int:
     if not isinstance(v, int) or isinstance(v, bool):
-        raise InvalidDefinition(f"{label} must be an int, not {type(v).__name__}: {v!r}.")
+        raise InvalidDefinition(f"{label} must be an int, not {type(v).__name__}: {shown(v)}.")
     if not BIGINT_MIN < v <= BIGINT_MAX:
-        raise InvalidDefinition(f"{label}={v} does not fit a 64-bit signed integer.")
+        raise InvalidDefinition(f"{label}={shown(v)} does not fit a 64-bit signed integer.")
     return v
 
 

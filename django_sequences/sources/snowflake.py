@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from ..core.base import SequenceSpec
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.snowflake import DEFAULT_EPOCH, Layout, SnowflakeGenerator
+from ..core.validation import shown
 from ..exceptions import InvalidDefinition
 from ..strategies import Strategy
 
@@ -32,13 +33,13 @@ def check_lease_options(strategy: Strategy, spec: SequenceSpec, max_worker: int)
     if not 0 <= tolerance <= 60_000:
         raise InvalidDefinition(
             f"Sequence {spec.name!r}: options['clock_tolerance_ms'] must be from 0 to 60000; "
-            f"got {tolerance!r}."
+            f"got {shown(tolerance)}."
         )
     store = strategy.option(spec, "worker_store")
     if store not in WORKER_STORES:
         raise InvalidDefinition(
             f"Sequence {spec.name!r}: options['worker_store'] must be one of {WORKER_STORES}; "
-            f"got {store!r}."
+            f"got {shown(store)}."
         )
     if store == "redis" and max_worker > REDIS_MAX_WORKER:
         raise InvalidDefinition(

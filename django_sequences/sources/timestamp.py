@@ -15,6 +15,7 @@ from ..core.timestamp import (
     RedisTimestampGenerator,
     TimestampLayout,
 )
+from ..core.validation import shown
 from ..exceptions import InvalidDefinition
 from ..strategies import Strategy
 from . import redisconn
@@ -66,7 +67,7 @@ class TimestampStrategy(Strategy):
         if counter not in COUNTERS:
             raise InvalidDefinition(
                 f"Sequence {spec.name!r}: options['counter'] must be one of {COUNTERS}; "
-                f"got {counter!r}."
+                f"got {shown(counter)}."
             )
         return TimestampLayout.from_options(
             dict(spec.options), local=counter == "local", name=spec.name
