@@ -626,7 +626,8 @@ class SegmentManager(models.Manager["Segment"]):
         periods = sorted(
             (key[len(prefix) :], pk, key, at)
             for pk, key, at in found
-            if key[len(prefix) :].isdigit()
+            # exact: SQLite's LIKE ignores ASCII case, so "PP:…" rows match "pp:" there
+            if key.startswith(prefix) and key[len(prefix) :].isdigit()
         )
         cutoff = timezone.now() - idle
         doomed = [(pk, key) for _stamp, pk, key, at in periods[:-keep] if at < cutoff]

@@ -618,3 +618,44 @@ def test_upcoming_wraps_only_cycling_sequences() -> None:
     assert upcoming(cycling, ["u"], {"u": 10}, 5) == [11, 12, 1, 2, 3]
     raised = SequenceSpec(name="u", min_value=100, max_value=1000)
     assert upcoming(raised, ["u"], {"u": 10}, 2) == [100, 101]  # min_value raised since
+
+
+PYTHON_ADVICE = re.compile(r"\w+=(True|False|\d)|options\[|exist_ok|context=|render\(")
+
+
+def test_regression_admin_messages_gave_python_advice(admin_client: Client) -> None:
+    """Issue 11, finding 9: the admin showed messages written for Python callers
+    ("set cycle=False", "options['shards']", "min_value=5, max_value=5", "no context was
+    given"). They name the form's fields and say what to type."""
+    add = reverse("admin:django_sequences_sequence_add")
+    data = {
+        "name": "adm.words",
+        "strategy": "redis",
+        "options": "{}",
+        "step": 1,
+        "min_value": 1,
+        "max_value": 1000,
+        "cycle": "on",
+        "template": "",
+        "reset": "",
+        "segments-TOTAL_FORMS": "0",
+        "segments-INITIAL_FORMS": "0",
+        "segments-MIN_NUM_FORMS": "0",
+        "segments-MAX_NUM_FORMS": "1000",
+    }
+    refused = admin_client.post(add, data)
+    [cycle_error] = refused.context["adminform"].form.errors["__all__"]
+    assert "untick “Cycle”" in cycle_error
+    bounds = admin_client.post(add, {**data, "strategy": "segment", "min_value": 9, "max_value": 9})
+    [bounds_error] = bounds.context["adminform"].form.errors["min_value"]
+    assert bounds_error == "Min value must be below max value; got min value 9, max value 9."
+
+    seq = defined("adm.ctx", template="W{ctx.area:3}-{seq:05}")
+    page = admin_client.get(change_url(seq)).content.decode()
+    [preview_error] = re.findall(r'dsq-preview-error errornote">([^<]*)<', page)
+    assert "add a line area=… under “Preview context”" in preview_error
+    as_json = admin_client.get(preview_url(), {"object_id": str(seq.pk)}).json()
+    assert "Preview context" in as_json["error"]
+    for message in (cycle_error, bounds_error, preview_error, as_json["error"]):
+        assert not PYTHON_ADVICE.search(message), message
+    assert not Sequence.objects.filter(name="adm.words").exists()

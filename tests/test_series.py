@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 
@@ -19,6 +20,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client, override_settings
 from django.urls import reverse
+from django.utils import timezone
 
 from django_sequences import models, next_numbers, next_value, next_values, registry
 from django_sequences.core.prefetch import default_prefetcher
@@ -250,8 +252,9 @@ def spelled() -> Iterator[tuple[str, str]]:
     [
         {"strategy": "timestamp"},
         {"strategy": "snowflake", "options": {"worker_store": "redis"}},
+        {"strategy": "timestamp", "options": {"counter": "local", "worker_store": "redis"}},
     ],
-    ids=["timestamp-redis", "snowflake-redis-workers"],
+    ids=["timestamp-redis", "snowflake-redis-workers", "timestamp-local-redis-workers"],
 )
 def test_regression_redis_state_under_two_spellings_issued_duplicates(
     definition: dict[str, Any], spelled: tuple[str, str]
@@ -303,3 +306,21 @@ def test_name_columns_compare_binary_on_mysql(vendor: str) -> None:
 
 def test_makemigrations_is_clean() -> None:
     call_command("makemigrations", "django_sequences", "--check", "--dry-run", stdout=StringIO())
+
+
+def test_regression_prune_periods_of_one_spelling_pruned_the_other() -> None:
+    """SQLite's LIKE ignores ASCII case, so ``key__startswith`` found ``PP:…`` rows for "pp"."""
+    for name in ("pp", "PP"):
+        seq = Sequence.objects.define(name, template="D{date:%Y%m%d}-{seq:04}")
+        for day in ("20200101", "20200102", "20200103"):
+            Segment.objects.create(sequence=seq, key=f"{name}:{day}", value=5, version=1)
+    Segment.objects.update(updated_at=timezone.now() - timedelta(days=30))
+    assert Segment.objects.prune_periods("pp", keep=1) == ["pp:20200101", "pp:20200102"]
+    keys = sorted(Segment.objects.values_list("key", flat=True))
+    assert keys == ["PP", "PP:20200101", "PP:20200102", "PP:20200103", "pp", "pp:20200103"]
+    # the pruned periods left marks: used again, they resume above their last number
+    assert dict(models.SeriesMark.objects.values_list("key", "value")) == {
+        "pp:20200101": 5,
+        "pp:20200102": 5,
+    }
+    assert Segment.objects.lease("pp:20200101", sequence="pp") == (6, 1005)
