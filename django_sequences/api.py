@@ -151,10 +151,10 @@ def explain(name: str, value: int, *, using: str | None = None) -> dict[str, Any
             f"structured values (snowflake, timestamp) can be explained."
         )
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidKey(f"explain() takes an int value; got {shown(value)}.")
+        raise InvalidKey(f"A value to explain is an integer; got {shown(value)}.")
     if not BIGINT_MIN <= value <= BIGINT_MAX:
         raise InvalidKey(
-            f"explain() takes a value this sequence issued, a 64-bit integer; got {shown(value)}."
+            f"{shown(value)} is not a value of sequence {name!r}: its values are 64-bit integers."
         )
     result: dict[str, Any] = decode(value)
     return result

@@ -4,14 +4,18 @@ clock: rollback, restart on a clock that went back, a full tick (all on an injec
 from __future__ import annotations
 
 import itertools
+import json
 import multiprocessing
 import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
 from hypothesis import example, given
@@ -460,3 +464,23 @@ def test_the_handle_hands_out_the_generators_next_and_still_refuses_a_key() -> N
         h.next(key="chat-1")
     with pytest.raises(InvalidKey, match="takes no key"):
         next_value("sf", key="chat-1")
+
+
+# --- issue 11, finding 7: sequences_explain answers every value with a typed refusal -----------
+
+
+@db
+def test_regression_sequences_explain_of_a_huge_value_raised_value_error() -> None:
+    """``manage.py sequences_explain sf 999…`` (5000 digits): ``int()`` past Python's
+    int-to-str limit raised ValueError with a traceback; and a value of a seconds snowflake
+    whose time is after 9999 raised OverflowError."""
+    Sequence.objects.define("sf", strategy="snowflake", options={"time_unit": "s"})
+    with pytest.raises(CommandError, match=r"\(5000 digits\) is not a value of sequence 'sf'"):
+        call_command("sequences_explain", "sf", "9" * 5000)
+    with pytest.raises(CommandError, match="after 9999-12-31"):
+        call_command("sequences_explain", "sf", str(2**62))
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command("sequences_explain", "sf", "9" * 5000, "--json", stdout=out)
+    assert json.loads(out.getvalue())["error"]["type"] == "CommandError"
+    call_command("sequences_explain", "sf", str(next_value("sf")), stdout=out)

@@ -30,6 +30,10 @@ class Command(SequenceCommand):
     NOT_A_VALUE = (
         "{value!r} is not an integer, and sequence {name!r} has no template to read it as a number."
     )
+    TOO_LONG = (
+        "{value}… ({digits} digits) is not a value of sequence {name!r}: its values are 64-bit "
+        "integers (at most 19 digits)."
+    )
 
     def add_own_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", metavar="NAME")
@@ -43,6 +47,10 @@ class Command(SequenceCommand):
         if spec is None:
             raise SequenceNotFound(name, using=using)
         value = _int(raw)
+        if value is None and _digits(raw) > _MAX_DIGITS and not spec.template:
+            raise CommandError(
+                self.TOO_LONG.format(value=raw.strip()[:20], digits=_digits(raw), name=name)
+            )
         parts: dict[str, Any] | None = None
         if value is not None:
             try:
@@ -66,11 +74,22 @@ class Command(SequenceCommand):
             self.stdout.write(self.PART.format(part=part, value=_text(got)))
 
 
-def _int(raw: str) -> int | None:
-    """``raw`` as an int if it is one written in decimal digits (an optional minus sign)."""
+#: More digits than any 64-bit value has (and fewer than Python's int-to-str limit).
+_MAX_DIGITS = 20
+
+
+def _digits(raw: str) -> int:
+    """How many ASCII decimal digits ``raw`` is (an optional minus sign); 0 if it is not."""
     text = raw.strip()
     digits = text[1:] if text.startswith("-") else text
-    return int(text) if digits.isdigit() and digits.isascii() else None
+    return len(digits) if digits.isdigit() and digits.isascii() else 0
+
+
+def _int(raw: str) -> int | None:
+    """``raw`` as an int if it is one written in decimal digits (an optional minus sign), of
+    at most ``_MAX_DIGITS`` digits (a longer one is no value of any sequence: ``int()`` of
+    over 4300 digits would raise)."""
+    return int(raw.strip()) if 0 < _digits(raw) <= _MAX_DIGITS else None
 
 
 def _text(value: object) -> str:
