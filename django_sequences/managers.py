@@ -492,22 +492,41 @@ def check_redefinition(
             f"its template cannot change ({stored.template!r} -> {new.template!r}): numbers "
             f"of the new template could equal numbers already issued"
         )
-    elif stored.template and new.reset != stored.reset:
-        from .numbers import compile_template, reset_period
-
-        before = reset_period(stored, compile_template(stored))
-        after = reset_period(new, compile_template(new))
-        if before != after:
-            problems.append(
-                f"its counter's reset period cannot change ({before or 'never'} -> "
-                f"{after or 'never'}): the new period's counter would start again at min_value "
-                f"under the same date"
-            )
+    else:
+        period = period_change(stored, new)
+        if period:
+            problems.append(period)
     if problems:
         raise InvalidDefinition(
             f"Sequence {stored.name!r} has issued values already, so {'; '.join(problems)}. "
             f"Keep the stored definition, or declare the new one under another name."
         )
+
+
+def period_change(stored: SequenceSpec, new: SequenceSpec) -> str | None:
+    """What is wrong when ``new`` keeps the template of ``stored`` but restarts its counter
+    per another period (None: nothing). The counter of the new period's row starts again at
+    ``min_value`` while the numbers still show the same date: a daily template switched to a
+    monthly counter issues today's numbers again."""
+    if not stored.template or new.template != stored.template or new.reset == stored.reset:
+        return None
+    from .numbers import compile_template, reset_period
+
+    before = reset_period(stored, compile_template(stored))
+    after = reset_period(new, compile_template(new))
+    if before == after:
+        return None
+    return (
+        f"its counter's reset period cannot change ({before or 'never'} -> {after or 'never'}): "
+        f"the new period's counter would start again at min_value while the numbers show the "
+        f"same date, issuing numbers again"
+    )
+
+
+def has_issued(spec: SequenceSpec, *, using: str | None = None) -> bool:
+    """Whether sequence ``spec`` may have issued a value: its counter rows (or the marks of
+    deleted ones) leased one; strategies that count no rows are assumed to have."""
+    return spec.strategy not in ROW_STRATEGIES or issued_up_to(spec.name, using=using) is not None
 
 
 @dataclass(frozen=True)

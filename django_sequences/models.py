@@ -142,6 +142,27 @@ class Sequence(_Bounds):
             raise ValidationError({"template": str(exc)}) from exc
         except InvalidDefinition as exc:
             raise ValidationError(str(exc)) from exc
+        self._check_period_change()
+
+    def _check_period_change(self) -> None:
+        """An edit of a sequence that issued must not restart its numbers' counter under the
+        same dates (invariant I7): refused with a message on ``reset``."""
+        from .managers import has_issued, period_change
+
+        if self.pk is None:
+            return
+        db = self._state.db or "default"
+        stored = type(self).objects.using(db).filter(pk=self.pk).first()
+        if stored is None:
+            return
+        problem = period_change(stored.spec(), self.spec())
+        if problem and has_issued(stored.spec(), using=db):
+            raise ValidationError(
+                {
+                    "reset": f"Sequence {stored.name!r} has issued numbers already, so {problem}. "
+                    f"Keep the reset as it is, or define a new sequence for the new period."
+                }
+            )
 
     def spec(self) -> SequenceSpec:
         """This definition as generators see it."""

@@ -659,3 +659,23 @@ def test_regression_admin_messages_gave_python_advice(admin_client: Client) -> N
     for message in (cycle_error, bounds_error, preview_error, as_json["error"]):
         assert not PYTHON_ADVICE.search(message), message
     assert not Sequence.objects.filter(name="adm.words").exists()
+
+
+def test_regression_a_new_reset_period_in_the_admin_issued_todays_numbers_again(
+    admin_client: Client,
+) -> None:
+    """A daily template switched to a monthly counter restarted at 1 in the month's new row,
+    while the numbers still show the day: today's numbers came out again."""
+    from django_sequences import next_numbers, registry
+
+    seq = Sequence.objects.define(
+        "adm.period", strategy="strict", step=1, template="D{date:%Y%m%d}-{seq:04}"
+    )
+    issued = next_numbers("adm.period", 3)
+    response = admin_client.post(change_url(seq), form_data(seq, reset="month"))
+    assert response.status_code == 200, "the change was saved"
+    [error] = response.context["adminform"].form.errors["reset"]
+    assert "cannot change" in error and "day" in error
+    assert Sequence.objects.get(pk=seq.pk).reset == ""
+    registry.reset()
+    assert not set(next_numbers("adm.period", 3)) & set(issued)
