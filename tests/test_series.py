@@ -324,3 +324,23 @@ def test_regression_prune_periods_of_one_spelling_pruned_the_other() -> None:
         "pp:20200102": 5,
     }
     assert Segment.objects.lease("pp:20200101", sequence="pp") == (6, 1005)
+
+
+@pytest.mark.parametrize("strategy", ["redis", "redis_segment"])
+@pytest.mark.parametrize("lose_redis", [False, True], ids=["redis-kept", "redis-lost"])
+def test_a_redis_sequence_deleted_and_defined_again_issues_nothing_again(
+    strategy: str, lose_redis: bool, prefix: str
+) -> None:
+    from . import redisutil
+
+    kwargs: dict[str, Any] = {"strategy": strategy, "step": 5, "options": {"key_prefix": prefix}}
+    Sequence.objects.define("del.redis", **kwargs)
+    first = list(next_values("del.redis", 7))
+    default_prefetcher().stop()
+    registry.reset()
+    Sequence.objects.filter(name="del.redis").delete()
+    if lose_redis:
+        redisutil.delete_prefix(prefix)
+    Sequence.objects.define("del.redis", **kwargs)
+    again = list(next_values("del.redis", 7))
+    assert not set(first) & set(again), (first, again)
