@@ -407,7 +407,7 @@ def test_model_clean_puts_template_and_options_errors_on_their_fields() -> None:
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 _CODE_TEMPLATE = re.compile(r'(?:compile\(|template=)"([^"]*\{seq[^"]*)"')
-_SHOWN = re.compile(r"(?:render|render_many|next_number|next_numbers)\(.*#\s*'([^']+)'")
+_SHOWN = re.compile(r"(?:render|render_many|next_number|next_numbers)\(.*#[^'{]*'([^']+)'")
 _PARSED = re.compile(r'(?:parse_number\("[^"]+", |\.parse\()"([^"]+)"\)\s*#\s*(\{.*\})')
 _VALIDATED = re.compile(r'(?:validate_number\("[^"]+", |\.is_valid\()"([^"]+)"\)\s*#\s*(\w+)')
 _TICKED = re.compile(r"`([^`]+)`")
@@ -420,10 +420,14 @@ def doc_examples(page: str) -> list[tuple[str, str, Any]]:
     found: list[tuple[str, str, Any]] = []
     template = None
     in_code = False
+    previous = ""
     for line in (DOCS / page).read_text().splitlines():
         if line.startswith("```"):
             in_code = line.strip() == "```python"
             continue
+        if in_code and line.startswith("#") and "#" not in previous:
+            line = f"{previous}  {line}"  # a call with its result on the next line
+        previous = line
         if in_code:
             match = _CODE_TEMPLATE.search(line)
             template = match[1] if match else template
