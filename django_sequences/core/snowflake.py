@@ -217,7 +217,10 @@ class Layout:
         units since the layout's epoch), ``worker_id`` and ``sequence``."""
         total = self.time_bits + self.worker_bits + self.sequence_bits
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << total:
-            raise InvalidKey(f"{shown(value)} is not a value of this layout ({total} bits).")
+            raise InvalidKey(
+                f"{shown(value)} is not a value of this sequence: its values are integers from 0 "
+                f"to {(1 << total) - 1} ({total} bits)."
+            )
         tick = value >> (self.worker_bits + self.sequence_bits)
         when = self.to_datetime(tick + self.epoch)
         if when is None:
