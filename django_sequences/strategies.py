@@ -72,7 +72,7 @@ class Strategy:
         first use) instead of the sequence's own; only when :attr:`keyed_rows`."""
         raise InvalidDefinition(
             f"Sequence {spec.name!r}: strategy {spec.strategy!r} cannot count in a row of its "
-            f"own per period; use strategy 'segment' or 'strict', or set reset='never'."
+            f"own per period; use strategy 'segment' or 'strict', or set its reset to 'never'."
         )
 
 
