@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from django.utils.module_loading import import_string
 
 from .core.base import IdGenerator, SequenceSpec
+from .core.validation import shown
 from .exceptions import InvalidDefinition
 
 BUILTIN: dict[str, str] = {
@@ -53,7 +54,7 @@ class Strategy:
                 if not isinstance(v, types) or (isinstance(v, bool) and bool not in _tuple(types)):
                     raise InvalidDefinition(
                         f"Sequence {spec.name!r}: option {key!r} must be "
-                        f"{_describe(types)}, not {v!r}."
+                        f"{_describe(types)}, not {shown(v)}."
                     )
 
     def option(self, spec: SequenceSpec, key: str) -> Any:
@@ -162,7 +163,8 @@ class StrictStrategy(Strategy):
         shards = self.option(spec, "shards")
         if not 1 <= shards <= 1024:
             raise InvalidDefinition(
-                f"Sequence {spec.name!r}: options['shards'] must be from 1 to 1024; got {shards}."
+                f"Sequence {spec.name!r}: options['shards'] must be from 1 to 1024; "
+                f"got {shown(shards)}."
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
@@ -191,6 +193,11 @@ def names() -> tuple[str, ...]:
 
 def strategy_for(spec: SequenceSpec) -> Strategy:
     """The strategy object for a definition (raises :class:`InvalidDefinition`)."""
+    if not isinstance(spec.strategy, str):
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: strategy must be one of {names()}; got "
+            f"{type(spec.strategy).__name__} {shown(spec.strategy)}."
+        )
     if spec.strategy == "custom":
         path = spec.options.get("generator")
         if not isinstance(path, str) or not path:
@@ -202,12 +209,15 @@ def strategy_for(spec: SequenceSpec) -> Strategy:
         path = BUILTIN[spec.strategy]
     else:
         raise InvalidDefinition(
-            f"Sequence {spec.name!r}: strategy must be one of {names()}; got {spec.strategy!r}."
+            f"Sequence {spec.name!r}: strategy must be one of {names()}; "
+            f"got {shown(spec.strategy)}."
         )
     try:
         cls = import_string(path)
     except ImportError as exc:
-        raise InvalidDefinition(f"Sequence {spec.name!r}: cannot import {path!r}: {exc}") from exc
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: cannot import {shown(path)}: {exc}"
+        ) from exc
     if not (isinstance(cls, type) and issubclass(cls, Strategy)):
         raise InvalidDefinition(
             f"Sequence {spec.name!r}: {path!r} is not a subclass of "

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from django.db import connections
 
 from .core.base import IdGenerator, SequenceSpec
+from .core.validation import shown
 from .exceptions import InvalidDefinition
 from .strategies import Strategy, strategy_for
 
@@ -103,7 +104,7 @@ def _check_alias(spec: SequenceSpec, alias: object, where: str) -> None:
     if not isinstance(alias, str) or alias not in connections.settings:
         raise InvalidDefinition(
             f"Sequence {spec.name!r}: {where} 'alias' must name a key of DATABASES "
-            f"({', '.join(connections.settings)}); got {alias!r}."
+            f"({', '.join(connections.settings)}); got {shown(alias)}."
         )
 
 
@@ -188,7 +189,7 @@ class FailoverStrategy(_Wrapper):
         if n < 2 or n & (n - 1) or n > 2**MAX_PARTITION_BITS:
             raise InvalidDefinition(
                 f"Sequence {spec.name!r}: options['partitions'] must list 2, 4, 8 … "
-                f"{2**MAX_PARTITION_BITS} partitions (a power of two); got {n}."
+                f"{2**MAX_PARTITION_BITS} partitions (a power of two); got {shown(n)}."
             )
         bits = n.bit_length() - 1
         default_strategy = self.option(spec, "inner")
@@ -199,7 +200,7 @@ class FailoverStrategy(_Wrapper):
             if not isinstance(part, dict):
                 raise InvalidDefinition(
                     f"Sequence {spec.name!r}: {where} must be a dict like "
-                    f"{{'alias': 'default', 'strategy': 'segment', 'options': {{}}}}; got {part!r}."
+                    f"{{'alias': 'default', 'strategy': 'segment', 'options': {{}}}}; got {shown(part)}."
                 )
             unknown = set(part) - {"alias", "strategy", "options"}
             if unknown:
@@ -263,7 +264,7 @@ class MemoryBitsStrategy(_Wrapper):
         bits = self.option(spec, "bits")
         if not 1 <= bits <= 20:
             raise InvalidDefinition(
-                f"Sequence {spec.name!r}: options['bits'] must be from 1 to 20; got {bits}."
+                f"Sequence {spec.name!r}: options['bits'] must be from 1 to 20; got {shown(bits)}."
             )
         where = self.option(spec, "alias") or alias
         _check_alias(spec, where, "options")
