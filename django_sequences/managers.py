@@ -8,6 +8,7 @@ the caller is in (invariant I2).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import sqlite3
@@ -23,7 +24,7 @@ from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
 from .core.base import SequenceSpec
-from .core.validation import BIGINT_MAX, check_bounds, check_count, check_name
+from .core.validation import BIGINT_MAX, check_bounds, check_count, check_name, shown
 from .exceptions import (
     BackendUnavailable,
     InvalidCount,
@@ -218,10 +219,7 @@ class SequenceManager(models.Manager["Sequence"]):
         from .strategies import validate
 
         check_bounds(declared["step"], declared["min_value"], declared["max_value"])
-        if not isinstance(declared["options"], dict):
-            raise InvalidDefinition(
-                f"Sequence {stored.name!r}: options must be a dict; got {declared['options']!r}."
-            )
+        check_options(stored.name, declared["options"])
         new = SequenceSpec(name=stored.name, **declared)
         validate(new)
         check_redefinition(stored, new, using=alias)
@@ -337,9 +335,8 @@ class SequenceManager(models.Manager["Sequence"]):
         check_name(name)
         check_bounds(step, min_value, max_value)
         if not isinstance(cycle, bool):
-            raise InvalidDefinition(f"cycle must be True or False; got {cycle!r}.")
-        if options is not None and not isinstance(options, dict):
-            raise InvalidDefinition(f"options must be a dict; got {options!r}.")
+            raise InvalidDefinition(f"cycle must be True or False; got {shown(cycle)}.")
+        check_options(name, options)
         spec = SequenceSpec(
             name, strategy, step, min_value, max_value, cycle, template, options or {}, reset
         )
@@ -385,6 +382,22 @@ class SequenceManager(models.Manager["Sequence"]):
         seq._state.adding = False
         seq._state.db = alias
         return seq
+
+
+def check_options(name: str, options: object) -> None:
+    """Raise :class:`InvalidDefinition` unless ``options`` is None or a dict the ``options``
+    JSON column can store (checked before anything is written)."""
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise InvalidDefinition(f"Sequence {name!r}: options must be a dict; got {shown(options)}.")
+    try:
+        json.dumps(options)
+    except (TypeError, ValueError) as exc:
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options must hold only JSON values (str, int, float, bool, "
+            f"None, and lists and dicts of them): {exc}."
+        ) from None
 
 
 def _row_for(w: BaseDatabaseWrapper, seq: Sequence, key: str) -> Segment:
