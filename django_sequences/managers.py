@@ -392,12 +392,29 @@ def check_options(name: str, options: object) -> None:
     if not isinstance(options, dict):
         raise InvalidDefinition(f"Sequence {name!r}: options must be a dict; got {shown(options)}.")
     try:
-        json.dumps(options)
-    except (TypeError, ValueError) as exc:
+        # ensure_ascii=False: a lone surrogate stays one character, and fails to encode below
+        json.dumps(options, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidDefinition(
             f"Sequence {name!r}: options must hold only JSON values (str, int, float, bool, "
-            f"None, and lists and dicts of them): {exc}."
+            f"None, and lists and dicts of them; no NaN, infinity or lone surrogates): {exc}."
         ) from None
+    if _holds_nul(options):  # PostgreSQL's jsonb cannot store it
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options must not hold NUL characters (a database cannot store "
+            f"them)."
+        )
+
+
+def _holds_nul(value: object) -> bool:
+    """Whether a JSON value holds a NUL character in a string or a key."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 def _row_for(w: BaseDatabaseWrapper, seq: Sequence, key: str) -> Segment:

@@ -304,48 +304,6 @@ DEFINE_ARGS = [
 ]
 
 
-def _huge(v: object) -> bool:
-    """An int Python refuses to print (over 4300 digits)."""
-    return isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 14_000
-
-
-def _unhashable(v: object) -> bool:
-    try:
-        hash(v)
-    except TypeError:
-        return True
-    return False
-
-
-#: Bugs the fuzz found in modules this test's author does not own, reported to their owners:
-#: the property tests skip these inputs and the xfail cases below pin each one, so the lead
-#: removes the mark once the fix lands (strict: a fixed bug fails the run until then).
-KNOWN = {
-    "strategy": "strategies.strategy_for: `spec.strategy in BUILTIN` raises TypeError for an "
-    "unhashable strategy, and its message's repr raises ValueError for an int over 4300 digits",
-    "using": "connections.resolve_alias (from Sequence.objects.define): `using not in "
-    "connections.settings` raises TypeError for an unhashable alias, its message's repr "
-    "ValueError for an int over 4300 digits",
-    "cycle": "managers.define: the message `cycle must be True or False; got {cycle!r}` raises "
-    "ValueError for an int over 4300 digits",
-    "options": "managers.define: the message `options must be a dict; got {options!r}` raises "
-    "ValueError for an int over 4300 digits",
-    "options json": "managers.define: options that pass validation but are not JSON (a "
-    "complex, bytes, a Decimal, any object under options['generator'], which every strategy "
-    "accepts) raise TypeError when the definition is inserted (rolled back: nothing written)",
-    "bounded option": "strategies.StrictStrategy.validate (`got {shards}`) and "
-    "wrappers.MemoryBitsStrategy.inners (`got {bits}`) print an int over 4300 digits: ValueError",
-    "option value": "strategies.Strategy.validate: the message `option ... must be str, not "
-    "{v!r}` raises ValueError for an int over 4300 digits",
-}
-
-
-def _known_define_bug(arg: str, bad: object) -> bool:
-    if arg in ("strategy", "using"):
-        return _unhashable(bad) or _huge(bad)
-    return arg in ("cycle", "options") and _huge(bad)
-
-
 @FUZZ
 @example(arg="options", bad={"epoch": 10**15, "time_unit": "s"})
 @example(arg="name", bad=["a"])
@@ -353,8 +311,6 @@ def _known_define_bug(arg: str, bad: object) -> bool:
 @example(arg="template", bad="{seq")
 @given(arg=st.sampled_from(DEFINE_ARGS), bad=JUNK)
 def test_define_refuses_bad_arguments_with_typed_errors(seqs: None, arg: str, bad: Any) -> None:
-    if _known_define_bug(arg, bad):
-        return  # pinned by test_define_known_untyped_errors
     name = f"fz-def-{uuid.uuid4().hex[:8]}"
     kwargs: dict[str, Any] = {"strategy": "snowflake" if arg == "options" else "segment"}
     kwargs[arg] = bad
@@ -370,8 +326,6 @@ def test_define_refuses_bad_arguments_with_typed_errors(seqs: None, arg: str, ba
 SNOWFLAKE_OPTIONS = ["time_unit", "epoch", "time_bits", "worker_bits", "sequence_bits"]
 TIMESTAMP_OPTIONS = ["format", "digits", "per_second_limit", "counter", "worker_digits"]
 LEASE_OPTIONS = ["clock_tolerance_ms", "worker_store", "redis_alias"]
-#: Options whose type check (strategies.py) prints the value: see KNOWN["option value"].
-STR_OPTIONS = {"time_unit", "format", "counter", "worker_store", "redis_alias"}
 
 
 @FUZZ
@@ -396,8 +350,6 @@ def test_define_refuses_bad_time_options_naming_them(
     """The options of the time-based strategies (finding 7: an epoch past year 9999 with
     ``time_unit="s"`` raised OverflowError): InvalidDefinition naming an option, or a
     definition that issues."""
-    if any(_huge(v) for k, v in options.items() if k in STR_OPTIONS):
-        return  # pinned by test_define_known_untyped_errors ("option value")
     name = f"fz-opt-{uuid.uuid4().hex[:8]}"
     before = rows()
     ok, got = outcome(lambda: Sequence.objects.define(name, strategy=strategy, options=options))
@@ -407,45 +359,43 @@ def test_define_refuses_bad_time_options_naming_them(
         assert rows() == before
 
 
-def _xfail(key: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 11 finding 7, not yet fixed: {KNOWN[key]}")
-
-
 @pytest.mark.parametrize(
     "kwargs",
     [
-        pytest.param({"strategy": ["segment"]}, marks=_xfail("strategy"), id="strategy-list"),
-        pytest.param({"strategy": 10**5000}, marks=_xfail("strategy"), id="strategy-huge"),
-        pytest.param({"using": []}, marks=_xfail("using"), id="using-list"),
-        pytest.param({"using": {"a": 1}}, marks=_xfail("using"), id="using-dict"),
-        pytest.param({"using": 10**5000}, marks=_xfail("using"), id="using-huge"),
+        pytest.param({"strategy": ["segment"]}, id="strategy-list"),
+        pytest.param({"strategy": 10**5000}, id="strategy-huge"),
+        pytest.param({"using": []}, id="using-list"),
+        pytest.param({"using": {"a": 1}}, id="using-dict"),
+        pytest.param({"using": 10**5000}, id="using-huge"),
         pytest.param({"reset": ["day"]}, id="reset-list"),  # fixed in numbers.py
         pytest.param({"reset": 10**5000}, id="reset-huge"),
-        pytest.param({"cycle": 10**5000}, marks=_xfail("cycle"), id="cycle-huge"),
-        pytest.param({"options": 10**5000}, marks=_xfail("options"), id="options-huge"),
+        pytest.param({"cycle": 10**5000}, id="cycle-huge"),
+        pytest.param({"options": 10**5000}, id="options-huge"),
+        pytest.param({"options": {"generator": 1j}}, id="options-not-json"),
         pytest.param(
-            {"options": {"generator": 1j}}, marks=_xfail("options json"), id="options-not-json"
+            {"strategy": "snowflake", "options": {"redis_alias": "default\x00"}},
+            id="options-nul",  # PostgreSQL's jsonb refused it: BackendUnavailable
         ),
+        pytest.param({"options": {"generator": float("nan")}}, id="options-nan"),
+        pytest.param({"options": {"generator": "\ud800"}}, id="options-lone-surrogate"),
         pytest.param(
             {"strategy": "strict", "options": {"shards": 10**5000}},
-            marks=_xfail("bounded option"),
             id="shards-huge",
         ),
         pytest.param(
             {"strategy": "memory_bits", "options": {"bits": 10**5000}},
-            marks=_xfail("bounded option"),
             id="bits-huge",
         ),
         pytest.param(
             {"strategy": "snowflake", "options": {"time_unit": 10**5000}},
-            marks=_xfail("option value"),
             id="option-value-huge",
         ),
     ],
 )
 def test_define_known_untyped_errors(kwargs: dict[str, Any]) -> None:
-    """The failing examples of the bugs the fuzz found (those of KNOWN still xfail): each must
-    be a typed refusal that writes nothing."""
+    """The failing examples of the untyped errors the fuzz found in ``define`` (an unhashable
+    strategy or alias, ints too long to print in a message, options that are not JSON): each
+    is a typed refusal that writes nothing."""
     name = f"fz-bug-{uuid.uuid4().hex[:8]}"
     with pytest.raises(SequenceError):
         Sequence.objects.define(name, **kwargs)

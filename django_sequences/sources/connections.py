@@ -27,6 +27,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
 from ..core import forking
+from ..core.validation import check_using, shown
+from ..exceptions import ConfigurationError
 
 # Inherited connections parked in a forked child so that garbage collection never closes them.
 _orphans: list[Any] = []
@@ -105,11 +107,10 @@ def close_all() -> None:
 def resolve_alias(using: str | None) -> str:
     """The alias that holds definitions and counter rows for a call with ``using``."""
     if using is not None:
+        check_using(using)  # a str: an unhashable alias would raise TypeError below
         if using not in connections.settings:
-            from ..exceptions import ConfigurationError
-
             raise ConfigurationError(
-                f"using={using!r} is not a key of DATABASES; use one of "
+                f"using={shown(using)} is not a key of DATABASES; use one of "
                 f"{sorted(connections.settings)}."
             )
         return using
