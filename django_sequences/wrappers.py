@@ -200,7 +200,8 @@ class FailoverStrategy(_Wrapper):
             if not isinstance(part, dict):
                 raise InvalidDefinition(
                     f"Sequence {spec.name!r}: {where} must be a dict like "
-                    f"{{'alias': 'default', 'strategy': 'segment', 'options': {{}}}}; got {shown(part)}."
+                    f"{{'alias': 'default', 'strategy': 'segment', 'options': {{}}}}; "
+                    f"got {shown(part)}."
                 )
             unknown = set(part) - {"alias", "strategy", "options"}
             if unknown:

@@ -4,6 +4,7 @@ out; the clock is injected, so rescue delays and timeout windows are exact."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import signal
@@ -408,7 +409,7 @@ def test_adaptive_leases_grow_with_demand_and_shrink_when_it_falls(
     sizes = [hi - lo + 1 for lo, hi in store.leases[n:]]
     # shrinking: no lease more than a hair (the rate is sampled when the background prefetch
     # actually runs, which a loaded machine delays by a few values) above the one before
-    assert all(b <= a * 1.02 for a, b in zip(sizes, sizes[1:], strict=False)), sizes
+    assert all(b <= a * 1.02 for a, b in itertools.pairwise(sizes)), sizes
     assert sizes[0] >= 10 * sizes[-1] and sizes[-1] <= 2_000, sizes
     got = list(range(1, store.value + 1))
     assert len(got) == store.value  # (leases contiguous: nothing leased twice)
