@@ -14,6 +14,10 @@ from hypothesis import strategies as st
 
 from django_sequences.checks import check_settings
 
+# Django 6.1's model checks (JSONField's, run by `check` and run_checks) ask the database
+# which features it supports, so the checks need database access as they do in a project.
+pytestmark = pytest.mark.django_db
+
 
 def ids(setting: Any) -> list[str]:
     with override_settings(DJANGO_SEQUENCES=setting):
