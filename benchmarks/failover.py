@@ -48,6 +48,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django_redis.pool import ConnectionFactory
+
 from . import topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,9 +201,10 @@ def prepare_main(labels: list[str]) -> int:
 class Run:
     """The issuing processes of one scenario and their files."""
 
-    def __init__(self, env: dict[str, str], labels: list[str], threads: int) -> None:
+    def __init__(self, env: dict[str, str], labels: list[str], threads: int, opts: Options) -> None:
         self.out = Path(tempfile.mkdtemp(prefix="dsq-failover-out-"))
         self.env = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": "benchmarks.failover_settings"}
+        self.env["FO_SEQUENCES"] = json.dumps(opts.sequences_settings)
         self.labels = labels
         self.threads = threads
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -301,6 +304,8 @@ class Options:
     lag: float = 2.0
     after: float = 8.0
     keep: bool = False
+    #: merged into DJANGO_SEQUENCES in every process (e.g. to switch the failover guard off)
+    sequences_settings: dict[str, Any] = field(default_factory=dict)
 
 
 def _pg_failover(sync: bool, opts: Options) -> ScenarioResult:
@@ -326,11 +331,12 @@ def _pg_failover(sync: bool, opts: Options) -> ScenarioResult:
             },
             labels,
             threads=1,
+            opts=opts,
         )
-        res.notes.append(f"writer identity before: {pair.identity(pair.primary)}")
         run.prepare()
         run.start()
         time.sleep(opts.warmup)
+        res.notes.append(f"writer identity before: {pair.identity(pair.primary)}")
         pair.pause_shipping()
         run.event("WAL sender paused (SIGSTOP)")
         time.sleep(opts.lag)
@@ -377,11 +383,12 @@ def scenario_b(opts: Options) -> ScenarioResult:
             {"FO_DB": "mysql", "FO_MY_PORT": str(pair.proxy_port), "FO_REDIS": "single:6404"},
             labels,
             threads=1,
+            opts=opts,
         )
-        res.notes.append(f"writer identity before: {pair.identity(pair.primary)}")
         run.prepare()
         run.start()
         time.sleep(opts.warmup)
+        res.notes.append(f"writer identity before: {pair.identity(pair.primary)}")
         pair.pause_shipping()
         run.event("replica IO thread stopped")
         time.sleep(opts.lag)
@@ -425,11 +432,12 @@ def scenario_c(opts: Options) -> ScenarioResult:
             },
             labels,
             threads=1,
+            opts=opts,
         )
-        res.notes.append(f"writer identity before: {sentinel.identity(sentinel.master_port)}")
         run.prepare()
         run.start()
         time.sleep(opts.warmup)
+        res.notes.append(f"writer identity before: {sentinel.identity(sentinel.master_port)}")
         sentinel.pause_shipping()
         run.event("replication link held")
         time.sleep(opts.lag)
@@ -469,15 +477,19 @@ def scenario_d(opts: Options) -> ScenarioResult:
             {"FO_DB": "postgresql", "FO_PG_PORT": str(db.pg.port), "FO_REDIS": f"cluster:{nodes}"},
             labels,
             threads=1,
+            opts=opts,
         )
         run.prepare()
         run.start()
         time.sleep(opts.warmup)
-        victim = cluster.masters()[0]
+        held = cluster.keys_by_master()
+        res.notes.append(f"keys by master: {held}")
+        # the master holding the most of our keys
+        victim = max(held, key=lambda port: len(held[port]))
         t_kill = run.event(f"master {victim} kill -9")
         cluster.kill_master(victim)
-        cluster.wait_ok()
-        t_promote = run.event("cluster_state:ok again")
+        cluster.wait_failover(victim)
+        t_promote = run.event("its replica took over (cluster_state:ok)")
         time.sleep(opts.after)
         run.stop()
         run.event("stopped")
@@ -512,6 +524,7 @@ def scenario_e(opts: Options) -> ScenarioResult:
             {"FO_DB": "postgresql", "FO_PG_PORT": str(bouncer.pg.port), "FO_REDIS": "single:6406"},
             labels,
             threads=4,
+            opts=opts,
         )
         direct.prepare()
         direct.cleanup(False)
@@ -519,6 +532,7 @@ def scenario_e(opts: Options) -> ScenarioResult:
             {"FO_DB": "postgresql", "FO_PG_PORT": str(bouncer.port), "FO_REDIS": "single:6406"},
             labels,
             threads=4,
+            opts=opts,
         )
         run.start()
         time.sleep(opts.warmup + opts.lag + opts.after)
@@ -526,13 +540,14 @@ def scenario_e(opts: Options) -> ScenarioResult:
         run.event("stopped")
         res.labels = run.collect(None, None)
         res.events = run.events
-        log = bouncer.root / "bouncer" / "pgbouncer.log"
-        if log.exists():
-            text = log.read_text(errors="replace")
+        # the server's log: what became of the strict lease's prepared statement behind the pool
+        for log in (bouncer.pg.dir / "log", bouncer.root / "bouncer" / "pgbouncer.log"):
+            text = log.read_text(errors="replace") if log.exists() else ""
             for needle in ("already exists", "does not exist"):
-                n = text.count(needle)
+                n = sum(1 for line in text.splitlines() if "ERROR" in line and needle in line)
                 if n:
-                    res.notes.append(f"pgbouncer log: {n} x '{needle}'")
+                    where = "PostgreSQL log" if log.name == "log" else log.name
+                    res.notes.append(f"{where}: {n} ERROR lines '... {needle}'")
         run.cleanup(opts.keep)
     finally:
         redis.teardown(opts.keep)
@@ -562,13 +577,7 @@ def run_scenario(name: str, opts: Options | None = None) -> ScenarioResult:
 # --- the cluster connection factory (scenario d) ---------------------------------------------
 
 
-def _cluster_factory_base() -> type:
-    from django_redis.pool import ConnectionFactory
-
-    return ConnectionFactory  # type: ignore[no-any-return]
-
-
-class ClusterConnectionFactory(_cluster_factory_base()):  # type: ignore[misc]
+class ClusterConnectionFactory(ConnectionFactory):
     """django-redis connection factory returning redis-py's ``RedisCluster`` (django-redis 7
     has no cluster client)."""
 

@@ -8,11 +8,13 @@ Environment:
 - ``FO_PG_HOST``, ``FO_PG_PORT``: libpq HOST and PORT, comma-separated for multi-host
   (``"127.0.0.1,127.0.0.1"``, ``"5450,5451"``), reached with ``target_session_attrs=read-write``;
 - ``FO_MY_PORT``: the MariaDB port (the proxy's in scenario b);
-- ``FO_REDIS``: ``single:PORT``, ``sentinel:SERVICE:PORT,PORT,PORT`` or ``cluster:PORT,…``.
+- ``FO_REDIS``: ``single:PORT``, ``sentinel:SERVICE:PORT,PORT,PORT`` or ``cluster:PORT,…``;
+- ``FO_SEQUENCES``: a JSON object merged into ``DJANGO_SEQUENCES`` (``Options.sequences_settings``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -85,7 +87,11 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "sequences": _redis,
 }
-DJANGO_SEQUENCES = {**_BASE_SEQUENCES, "REDIS_ALIAS": "sequences"}
+DJANGO_SEQUENCES = {
+    **_BASE_SEQUENCES,
+    "REDIS_ALIAS": "sequences",
+    **json.loads(os.environ.get("FO_SEQUENCES") or "{}"),
+}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .private import SHARED_PORTS, _pg_bin, _run, port_open
@@ -43,9 +44,9 @@ def _check_ports(ports: list[int]) -> None:
             raise RuntimeError(f"port {port} is in use (another failover run?)")
 
 
-def _wait(pred: object, timeout: float, what: str) -> None:
+def _wait(pred: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
-    while not pred():  # type: ignore[operator]
+    while not pred():
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(0.05)
@@ -154,16 +155,33 @@ class PgPair(_Base):
 
     def setup(self) -> None:
         self.primary.initdb()
-        sync = "-c synchronous_standby_names='*'" if self.sync else ""
-        self.primary.start(sync)
+        self.primary.start()
         self.primary.psql(f"CREATE DATABASE {DB_NAME}")
         self.standby.dir.mkdir()
         shutil.chown(self.standby.dir, "postgres", "postgres")
         basebackup = [_pg_bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.primary.port)]
-        basebackup += ["-U", "postgres", "-D", str(self.standby.data), "-R", "-X", "stream"]
+        basebackup += [
+            "-U",
+            "postgres",
+            "-D",
+            str(self.standby.data),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+        ]
         _run(["runuser", "-u", "postgres", "--", *basebackup, "--no-sync"])
         self.standby.start()
         _wait(self.streaming, 30, "the standby to stream")
+        if self.sync:  # only now: a commit would wait for a standby not yet there
+            self.primary.psql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            self.primary.psql("SELECT pg_reload_conf()")
+            _wait(
+                lambda: self.primary.psql("SELECT sync_state FROM pg_stat_replication") == "sync",
+                30,
+                "the standby to be synchronous",
+            )
 
     def streaming(self) -> bool:
         got = self.primary.psql("SELECT count(*) FROM pg_stat_replication WHERE state='streaming'")
@@ -475,7 +493,9 @@ class MariaPair(_Base):
             self.proxy.move(("127.0.0.1", self.replica.port))
 
     def identity(self, node: MariaNode) -> str:
-        return node.sql("SELECT CONCAT(@@server_uuid, ' ', @@gtid_current_pos)")
+        # MariaDB has no @@server_uuid (MySQL has): the server_id, unique in a replication
+        # topology, and the GTID position (domain-server_id-seqno) name the writer
+        return node.sql("SELECT CONCAT('server_id ', @@server_id, ' gtid ', @@gtid_binlog_pos)")
 
     def teardown(self, keep: bool = False) -> None:
         if self.proxy is not None:
@@ -491,6 +511,10 @@ class MariaPair(_Base):
 
 def redis_cli(port: int, *args: str) -> str:
     return _run(["redis-cli", "-p", str(port), *args], check=False).stdout.strip()
+
+
+def _pong(port: int) -> Callable[[], bool]:
+    return lambda: redis_cli(port, "ping") == "PONG"
 
 
 class RedisServer(_Base):
@@ -559,7 +583,7 @@ class RedisSentinel(RedisServer):
             proc = _spawn(["redis-server", str(conf), "--sentinel"], self.root / f"s{port}.out")
             self._procs.append(proc)
         for port in self.sentinel_ports:
-            _wait(lambda p=port: redis_cli(p, "ping") == "PONG", 20, f"sentinel {port}")  # type: ignore[misc]
+            _wait(_pong(port), 20, f"sentinel {port}")
         _wait(self._sentinels_see_replica, 30, "the sentinels to see the replica and each other")
 
     def _sentinels_see_replica(self) -> bool:
@@ -629,7 +653,7 @@ class RedisCluster(_Base):
             self.servers[port] = _spawn(cmd, self.root / f"{port}.out")
             self._procs.append(self.servers[port])
         for port in self.ports:
-            _wait(lambda p=port: redis_cli(p, "ping") == "PONG", 20, f"redis {port}")  # type: ignore[misc]
+            _wait(_pong(port), 20, f"redis {port}")
         nodes = [f"127.0.0.1:{p}" for p in self.ports]
         create = ["redis-cli", "--cluster", "create", *nodes, "--cluster-replicas", "1"]
         _run([*create, "--cluster-yes"])
@@ -648,14 +672,22 @@ class RedisCluster(_Base):
                 got.append(int(parts[1].split("@")[0].split(":")[1]))
         return sorted(got)
 
+    def keys_by_master(self) -> dict[int, list[str]]:
+        return {port: sorted(redis_cli(port, "--scan").split()) for port in self.masters()}
+
     def kill_master(self, port: int) -> None:
         self.servers[port].send_signal(signal.SIGKILL)
         self.servers[port].wait(10)
 
-    def wait_ok(self, timeout: float = 30) -> None:
+    def wait_failover(self, victim: int, timeout: float = 30) -> None:
+        """Until another node serves the victim's slots (its replica was promoted)."""
         alive = next(p for p in self.ports if self.servers[p].poll() is None)
-        _wait(
-            lambda: "cluster_state:ok" in redis_cli(alive, "cluster", "info"),
-            timeout,
-            "the cluster to recover",
-        )
+
+        def done() -> bool:
+            nodes = redis_cli(alive, "cluster", "nodes")
+            masters = [ln for ln in nodes.splitlines() if "master" in ln and "fail" not in ln]
+            gone = not any(f":{victim}@" in ln for ln in masters)
+            ok = "cluster_state:ok" in redis_cli(alive, "cluster", "info")
+            return gone and len(masters) == 3 and ok
+
+        _wait(done, timeout, "the cluster failover")
