@@ -343,6 +343,7 @@ def _pg_failover(sync: bool, opts: Options) -> ScenarioResult:
         lsn = pair.lsns()
         t_kill = run.event("primary kill -9")
         pair.kill_primary()
+        run.event("primary gone")
         pair.promote()
         t_promote = run.event("standby promoted")
         res.notes.append(f"LSN at the kill: primary {lsn[0]}, standby received {lsn[1]}")
@@ -506,13 +507,22 @@ def scenario_d(opts: Options) -> ScenarioResult:
     return res
 
 
-def scenario_e(opts: Options) -> ScenarioResult:
+def _pgbouncer(opts: Options, unprepared: bool) -> ScenarioResult:
     bouncer = topology.PgBouncer()
-    res = ScenarioResult(
-        "e",
-        "PgBouncer transaction pooling in front of PostgreSQL, 3 processes x 4 threads "
-        "(Django's and psycopg's defaults: server-side prepared statements after 5 runs)",
-    )
+    if unprepared:
+        res = ScenarioResult(
+            "e-unprepared",
+            "PgBouncer transaction pooling in front of PostgreSQL, 3 processes x 4 threads, "
+            "the settings docs/scaling.md advises (OPTIONS prepare_threshold None, "
+            "DISABLE_SERVER_SIDE_CURSORS)",
+        )
+    else:
+        res = ScenarioResult(
+            "e",
+            "PgBouncer transaction pooling in front of PostgreSQL, 3 processes x 4 threads "
+            "(Django's and psycopg's defaults: server-side prepared statements after 5 runs)",
+        )
+    pooled = {"FO_PG_POOLER": "1"} if unprepared else {}
     labels = ["segment", "strict", "snowflake", "redis", "redis_segment"]
     redis = topology.RedisServer(6406)
     try:
@@ -529,7 +539,12 @@ def scenario_e(opts: Options) -> ScenarioResult:
         direct.prepare()
         direct.cleanup(False)
         run = Run(
-            {"FO_DB": "postgresql", "FO_PG_PORT": str(bouncer.port), "FO_REDIS": "single:6406"},
+            {
+                "FO_DB": "postgresql",
+                "FO_PG_PORT": str(bouncer.port),
+                "FO_REDIS": "single:6406",
+                **pooled,
+            },
             labels,
             threads=4,
             opts=opts,
@@ -555,6 +570,14 @@ def scenario_e(opts: Options) -> ScenarioResult:
     return res
 
 
+def scenario_e(opts: Options) -> ScenarioResult:
+    return _pgbouncer(opts, unprepared=False)
+
+
+def scenario_e_unprepared(opts: Options) -> ScenarioResult:
+    return _pgbouncer(opts, unprepared=True)
+
+
 SCENARIOS: dict[str, Callable[[Options], ScenarioResult]] = {
     "a-async": scenario_a_async,
     "a-sync": scenario_a_sync,
@@ -562,6 +585,7 @@ SCENARIOS: dict[str, Callable[[Options], ScenarioResult]] = {
     "c": scenario_c,
     "d": scenario_d,
     "e": scenario_e,
+    "e-unprepared": scenario_e_unprepared,
 }
 
 
@@ -611,7 +635,7 @@ def print_table(results: list[ScenarioResult]) -> None:
             resume = "-" if r.resume_seconds is None else f"{r.resume_seconds:.2f}"
             outage = (
                 _fmt_errors(r.outage_errors)
-                if res.scenario != "e"
+                if not res.scenario.startswith("e")
                 else ("(no failover) " + _fmt_errors(r.errors))
             )
             print(
@@ -691,6 +715,7 @@ SCENARIO_HELP: dict[str, _Help] = {
     "c": _Help("Redis master + replica + 3 Sentinels, lag, kill -9, Sentinel failover"),
     "d": _Help("Redis Cluster 3 masters + 3 replicas, one master killed"),
     "e": _Help("PgBouncer transaction pooling, 3 processes x 4 threads"),
+    "e-unprepared": _Help("the same with prepare_threshold None, no server-side cursors"),
 }
 
 if __name__ == "__main__":

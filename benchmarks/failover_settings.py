@@ -7,6 +7,7 @@ Environment:
 - ``FO_DB``: ``postgresql`` or ``mysql`` (the ``default`` database);
 - ``FO_PG_HOST``, ``FO_PG_PORT``: libpq HOST and PORT, comma-separated for multi-host
   (``"127.0.0.1,127.0.0.1"``, ``"5450,5451"``), reached with ``target_session_attrs=read-write``;
+- ``FO_PG_POOLER``: set behind PgBouncer: no prepared statements, no server-side cursors;
 - ``FO_MY_PORT``: the MariaDB port (the proxy's in scenario b);
 - ``FO_REDIS``: ``single:PORT``, ``sentinel:SERVICE:PORT,PORT,PORT`` or ``cluster:PORT,…``;
 - ``FO_SEQUENCES``: a JSON object merged into ``DJANGO_SEQUENCES`` (``Options.sequences_settings``).
@@ -32,6 +33,9 @@ if FO_DB == "postgresql":
         "PORT": os.environ.get("FO_PG_PORT", "5450"),
         "OPTIONS": {"connect_timeout": 2, "target_session_attrs": "read-write"},
     }
+    if os.environ.get("FO_PG_POOLER"):  # behind PgBouncer in transaction pooling
+        _default["DISABLE_SERVER_SIDE_CURSORS"] = True
+        _default["OPTIONS"]["prepare_threshold"] = None
 elif FO_DB == "mysql":
     _default = {
         "ENGINE": "django.db.backends.mysql",
