@@ -198,6 +198,10 @@ def prepare_main(labels: list[str]) -> int:
 # --- the run -----------------------------------------------------------------------------------
 
 
+#: runs whose issuing processes were started and not yet stopped (stopped if a scenario fails)
+_LIVE: list[Run] = []
+
+
 class Run:
     """The issuing processes of one scenario and their files."""
 
@@ -223,6 +227,7 @@ class Run:
         subprocess.run(cmd, env=self.env, cwd=ROOT, check=True, timeout=180)
 
     def start(self) -> None:
+        _LIVE.append(self)
         for slot in range(PROCESSES):
             cmd = ["nice", "-n", "10", sys.executable, "-m", "benchmarks.failover"]
             cmd += ["--worker", str(slot), "--out", str(self.out)]
@@ -240,6 +245,8 @@ class Run:
         self.event("issuing")
 
     def stop(self) -> None:
+        if self in _LIVE:
+            _LIVE.remove(self)
         (self.out / "STOP").touch()
         for p in self.procs:
             try:
@@ -593,7 +600,12 @@ def run_scenario(name: str, opts: Options | None = None) -> ScenarioResult:
     """Run scenario ``name`` (a key of :data:`SCENARIOS`) and return what it measured."""
     t0 = time.monotonic()
     print(f"scenario {name}", file=sys.stderr, flush=True)
-    res = SCENARIOS[name](opts or Options())
+    try:
+        res = SCENARIOS[name](opts or Options())
+    finally:  # a scenario that failed half-way leaves no issuing process behind
+        for run in list(_LIVE):
+            run.stop()
+            run.cleanup(False)
     res.seconds = round(time.monotonic() - t0, 1)
     return res
 
