@@ -671,12 +671,23 @@ def print_table(results: list[ScenarioResult]) -> None:
         print(f"  - events: {res.events}")
 
 
+SCENARIO_HELP: dict[str, str] = {
+    "a-async": "PostgreSQL primary + async streaming standby, lag, kill -9, promote",
+    "a-sync": "the same with synchronous replication",
+    "b": "MariaDB primary + GTID replica, lag, kill -9, promote, proxy moved",
+    "c": "Redis master + replica + 3 Sentinels, lag, kill -9, Sentinel failover",
+    "d": "Redis Cluster 3 masters + 3 replicas, one master killed",
+    "e": "PgBouncer transaction pooling, 3 processes x 4 threads",
+    "e-unprepared": "the same with prepare_threshold None, no server-side cursors",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.failover",
         description="Issue values through real store failovers on private loopback servers "
         "and count duplicates (issue 12). Scenarios: "
-        + "; ".join(f"{k}: {(v.__doc__ or k).strip()}" for k, v in SCENARIO_HELP.items()),
+        + "; ".join(f"{k}: {v}" for k, v in SCENARIO_HELP.items()),
     )
     parser.add_argument(
         "--scenario",
@@ -714,21 +725,6 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(data, indent=1))
     return 0
 
-
-class _Help:
-    def __init__(self, doc: str) -> None:
-        self.__doc__ = doc
-
-
-SCENARIO_HELP: dict[str, _Help] = {
-    "a-async": _Help("PostgreSQL primary + async streaming standby, lag, kill -9, promote"),
-    "a-sync": _Help("the same with synchronous replication"),
-    "b": _Help("MariaDB primary + GTID replica, lag, kill -9, promote, proxy moved"),
-    "c": _Help("Redis master + replica + 3 Sentinels, lag, kill -9, Sentinel failover"),
-    "d": _Help("Redis Cluster 3 masters + 3 replicas, one master killed"),
-    "e": _Help("PgBouncer transaction pooling, 3 processes x 4 threads"),
-    "e-unprepared": _Help("the same with prepare_threshold None, no server-side cursors"),
-}
 
 if __name__ == "__main__":
     sys.exit(main())
