@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, quote_from_bytes, urlencode
@@ -72,7 +73,13 @@ class Api:
         self.issued: dict[str, list[Any]] = {}
 
     def state(self) -> tuple[object, ...]:
-        """The counter rows and what this process issued of each sequence."""
+        """The counter rows and what this process issued of each sequence, once no background
+        prefetch is under way (one an earlier request started would move a row meanwhile)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(
+            get_sequence(name).status().prefetching for name in NAMES
+        ):
+            time.sleep(0.002)
         rows = tuple(Segment.objects.order_by("key").values_list("key", "value", "version"))
         return rows, tuple(get_sequence(name).status().issued for name in NAMES)
 
