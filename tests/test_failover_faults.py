@@ -31,7 +31,7 @@ from . import redisutil, workers
 from .tcpproxy import TcpProxy
 from .workers import db_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
 STEP = 100
 RESCUE_AFTER = 1.0

@@ -19,7 +19,7 @@ from django_sequences.models import Sequence
 from . import workers
 from .workers import db_env
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.servers]
 
 
 def read_values(paths: list[Path]) -> list[int]:
