@@ -40,11 +40,25 @@ class SequenceNotFound(SequenceError, LookupError):
 
 
 class SequenceExhausted(SequenceError):
-    """The sequence reached its limit and does not cycle."""
+    """The sequence reached its limit and does not cycle.
 
-    def __init__(self, name: str, limit: int, message: str | None = None) -> None:
+    ``left`` and ``asked``: for a batch refused whole because fewer values are left below the
+    limit than it asked for, how many are left (they stay for the next call) and how many were
+    asked; None when nothing is left."""
+
+    def __init__(
+        self,
+        name: str,
+        limit: int,
+        message: str | None = None,
+        *,
+        left: int | None = None,
+        asked: int | None = None,
+    ) -> None:
         self.name = name
         self.limit = limit
+        self.left = left
+        self.asked = asked
         super().__init__(
             message
             or f"Sequence {name!r} reached its max_value {limit}; "

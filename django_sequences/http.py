@@ -195,6 +195,12 @@ def message_for(exc: BaseException) -> str:
     if isinstance(exc, SequenceExhausted):
         # raised for a sequence at its max_value, a batch larger than what is left below it
         # and a value its numbers' fixed width cannot show (that value is a gap)
+        if exc.left is not None and exc.asked is not None:
+            return (
+                f"Sequence {exc.name!r} has {exc.left} values left before its limit "
+                f"{exc.limit}; this request asked for {exc.asked} and got none. Ask for "
+                f"{exc.left} or fewer, or ask {ADMIN} to raise the limit."
+            )
         return (
             f"Sequence {exc.name!r} is exhausted at {exc.limit} (its max_value, or the largest "
             f"value its numbers show) and does not cycle. If you asked for several, ask for "

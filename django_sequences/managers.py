@@ -964,6 +964,8 @@ def _plan(
                 hi,
                 f"Sequence {name!r} has {hi - first + 1} values left before its max_value {hi}; "
                 f"asked for {count}. Ask for fewer, raise max_value or set cycle=True.",
+                left=hi - first + 1,
+                asked=count,
             )
         last = hi
     return first, last

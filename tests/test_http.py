@@ -353,6 +353,16 @@ def test_409_when_the_sequence_is_exhausted(api: Client) -> None:
     assert code == "exhausted" and "max_value" in message
 
 
+def test_409_for_a_batch_larger_than_what_is_left_says_how_many_are_left(api: Client) -> None:
+    """A strict batch is all or nothing: the refusal says what is left, and leaves it."""
+    Sequence.objects.define("tight", strategy="strict", max_value=12)
+    assert post(api, "/ids/tight/values", {"count": 10}).json()["last"] == 10
+    code, message = error_of(post(api, "/ids/tight/values", {"count": 5}), 409)
+    assert code == "exhausted"
+    assert "2 values left" in message and "asked for 5" in message, message
+    assert post(api, "/ids/tight/values", {"count": 2}).json()["values"] == [11, 12]
+
+
 @pytest.mark.parametrize(
     ("error", "status", "code"),
     [

@@ -329,6 +329,8 @@ class HwmGenerator:
             limit,
             f"Sequence {self.name!r} has {left} values left before its max_value {limit}; "
             f"asked for {count}. Ask for fewer or raise max_value.",
+            left=left,
+            asked=count,
         )
 
     def _switch(self, stamp: str) -> None:
