@@ -825,6 +825,16 @@ _unprepared: set[str] = set()
 _pg_cursors: dict[str, tuple[Any, Any]] = {}
 
 
+def _pooled(w: BaseDatabaseWrapper) -> bool:
+    """Whether the settings of ``w`` declare a transaction pooler (PgBouncer) in front of the
+    server: Django's ``DISABLE_SERVER_SIDE_CURSORS = True``, or ``OPTIONS["prepare_threshold"]
+    = None``. Such an alias never gets a prepared statement."""
+    options = w.settings_dict.get("OPTIONS") or {}
+    if "prepare_threshold" in options and options["prepare_threshold"] is None:
+        return True
+    return bool(w.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+
+
 def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> int | None:
     """Run the strict increment as a prepared statement on private connection ``w``.
 
@@ -832,22 +842,25 @@ def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) 
     the UPDATE on every call: about as long as the rest of the round trip on a small machine.
     A server-binding psycopg cursor prepares it once per connection. Django turns prepared
     statements off for its connections unless ``OPTIONS["prepare_threshold"]`` says
-    otherwise; the private connection turns them on unless that option is set (to None, for a
-    pooler that cannot keep them). If the server (or a proxy) loses a prepared statement, the
-    alias falls back to Django's cursor for good and the error is raised, so ``_on_private``
-    retries the call.
+    otherwise; the private connection turns them on, unless the alias declares a transaction
+    pooler (:func:`_pooled`: ``DISABLE_SERVER_SIDE_CURSORS`` or ``prepare_threshold: None``),
+    which cannot keep them: then Django's client-side cursor runs it, always.
+
+    An undeclared pooler (or a server that lost the statement) fails it with "prepared
+    statement ... does not exist" (at Bind) or "... already exists" (at Parse): either way
+    before the UPDATE ran, and in autocommit, so nothing was taken. The alias falls back to
+    Django's cursor for good and the increment runs once more, unprepared, on the same
+    connection: one execution in all, so no value is issued twice or skipped.
     """
     import psycopg
 
     raw = w.connection
     found = _pg_cursors.get(w.alias)
     if found is None or found[0] is not raw or found[1].closed:
-        options = w.settings_dict.get("OPTIONS") or {}
-        if "prepare_threshold" in options:
-            if options["prepare_threshold"] is None:
-                _unprepared.add(w.alias)  # the project said no
-                return _returning(w, sql, params)
-        elif raw.prepare_threshold is None:
+        if _pooled(w):
+            _unprepared.add(w.alias)  # the project said a pooler sits in front
+            return _returning(w, sql, params)
+        if raw.prepare_threshold is None:
             raw.prepare_threshold = 5  # only server-binding cursors (this one) prepare
         found = _pg_cursors[w.alias] = (raw, psycopg.Cursor(raw))
     cur = found[1]
@@ -858,8 +871,14 @@ def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) 
             psycopg.errors.InvalidSqlStatementName,
             psycopg.errors.DuplicatePreparedStatement,
         ):
+            # the statement did not run (see above): no retry of the lease, no reconnect
             _unprepared.add(w.alias)
-            raise
+            _pg_cursors.pop(w.alias, None)
+            with contextlib.suppress(psycopg.Error):
+                cur.close()
+            if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise  # not the autocommit state this relies on: let _on_private reconnect
+            return _returning(w, sql, params)
         row = cur.fetchone()
     return None if row is None else int(row[0])
 
