@@ -144,8 +144,8 @@ def test_postgresql_prepares_the_increment_and_falls_back_when_the_server_forget
     vendor: str,
 ) -> None:
     """On PostgreSQL the private connection runs the increment as a prepared statement. A
-    server that loses it (as PgBouncer in transaction mode does) costs one retry, after which
-    the alias uses Django's client-side cursor for good; no value is lost or repeated."""
+    server that loses it (as PgBouncer in transaction mode does) makes the alias run it
+    unprepared, on the same connection, then and for good; no value is lost or repeated."""
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL only")
     from django_sequences import managers
