@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING, Any
 from .core import forking
 from .core.base import IdGenerator, SequenceSpec
 from .core.clock import SYSTEM_CLOCK, Clock
-from .core.validation import BIGINT_MAX, check_count, check_name
+from .core.validation import check_count, check_name, check_using
 from .exceptions import (
     ConfigurationError,
     InvalidCount,
     InvalidDefinition,
-    InvalidName,
     InvalidNumber,
     SequenceError,
     TemplateError,
@@ -352,26 +351,10 @@ _issuers_lock = threading.Lock()
 def _check_arguments(name: object, using: object, template: object = None) -> None:
     """Typed refusals of arguments of the wrong type (an unhashable name would otherwise
     raise ``TypeError`` from a dict lookup; a huge int, ``ValueError`` from its repr)."""
-    if not isinstance(name, str):
-        raise InvalidName(f"A sequence name must be a string, not {type(name).__name__}.")
     check_name(name)
-    if using is not None and not isinstance(using, str):
-        raise ConfigurationError(
-            f"The database alias must be a string (a key of DATABASES), not {type(using).__name__}."
-        )
+    check_using(using)
     if template is not None and not isinstance(template, str):
         raise TemplateError(f"A template is a string, not {type(template).__name__}.")
-
-
-def _check_batch(count: object) -> None:
-    from .conf import app_settings
-
-    if isinstance(count, int) and not -BIGINT_MAX <= count <= BIGINT_MAX:  # (not printable)
-        raise InvalidCount(
-            f"count must be between 1 and {app_settings.MAX_BATCH} "
-            f"(DJANGO_SEQUENCES['MAX_BATCH']); got a number of {count.bit_length()} bits."
-        )
-    check_count(count, app_settings.MAX_BATCH)
 
 
 def issuer(name: str, using: str | None = None, template: str | None = None) -> NumberIssuer:
@@ -428,7 +411,9 @@ def next_number(name: str, *, using: str | None = None, **context: Any) -> str:
 
 def next_numbers(name: str, count: int, *, using: str | None = None, **context: Any) -> list[str]:
     """``count`` numbers of sequence ``name`` from one batch of values (one lease at most)."""
-    _check_batch(count)
+    from .conf import app_settings
+
+    check_count(count, app_settings.MAX_BATCH)
     found = issuer(name, using)
     try:
         if not context:
