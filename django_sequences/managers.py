@@ -197,7 +197,7 @@ class SequenceManager(models.Manager["Sequence"]):
             else:
                 drift = drift_of(spec, d)
                 if drift and update:
-                    spec = self._update_definition(spec, d, alias, dry_run=dry_run)
+                    spec = self._update_definition(spec, d, drift, alias, dry_run=dry_run)
                     updated = True
             rows = _provision_shard_rows(spec, alias, dry_run=dry_run, new=created)
             tables: list[str] = []
@@ -212,10 +212,17 @@ class SequenceManager(models.Manager["Sequence"]):
         return done
 
     def _update_definition(
-        self, stored: SequenceSpec, declared: dict[str, Any], alias: str, *, dry_run: bool
+        self,
+        stored: SequenceSpec,
+        declared: dict[str, Any],
+        drift: tuple[Drift, ...],
+        alias: str,
+        *,
+        dry_run: bool,
     ) -> SequenceSpec:
-        """Replace definition ``stored`` by the ``declared`` fields, checked first (nothing is
-        written when a check fails, nor in a dry run); the definition now in force."""
+        """Replace definition ``stored`` by the ``declared`` fields (``drift``: how they
+        differ), checked first (nothing is written when a check fails, nor in a dry run); the
+        definition now in force."""
         from .strategies import validate
 
         check_bounds(declared["step"], declared["min_value"], declared["max_value"])
@@ -232,7 +239,7 @@ class SequenceManager(models.Manager["Sequence"]):
         log.warning(
             "Sequence %r updated from its declaration: %s.",
             stored.name,
-            "; ".join(str(d) for d in drift_of(stored, declared)),
+            "; ".join(str(d) for d in drift),
         )
         return new
 

@@ -155,8 +155,9 @@ class Sequence(_Bounds):
         stored = type(self).objects.using(db).filter(pk=self.pk).first()
         if stored is None:
             return
-        problem = period_change(stored.spec(), self.spec())
-        if problem and has_issued(stored.spec(), using=db):
+        old = stored.spec()
+        problem = period_change(old, self.spec())
+        if problem and has_issued(old, using=db):
             raise ValidationError(
                 {
                     "reset": f"Sequence {stored.name!r} has issued numbers already, so {problem}. "
