@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import json
 import os
 import random
@@ -50,7 +49,7 @@ from typing import Any
 
 from django_redis.pool import ConnectionFactory
 
-from . import topology
+from . import soak, topology
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCESSES = 3
@@ -155,29 +154,14 @@ def _worker_thread(
 
 
 def worker_main(out: Path, slot: int, labels: list[str], threads: int) -> int:
-    import django
-
-    django.setup()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ts = [
-        threading.Thread(target=_worker_thread, args=(out, slot, t, labels, stop), daemon=True)
-        for t in range(threads)
-    ]
-    for t in ts:
-        t.start()
-    (out / f"p{slot}.ready").touch()
-    while not stop.is_set():
-        if (out / "STOP").exists():
-            stop.set()
-        stop.wait(0.1)
-    for t in ts:
-        t.join(15)
-    from django_sequences.sources import workers
-
-    with contextlib.suppress(Exception):
-        workers.shutdown()
-    return 0
+    return soak.issue_until_stopped(
+        out,
+        lambda t, stop: _worker_thread(out, slot, t, labels, stop),
+        threads,
+        ready=out / f"p{slot}.ready",
+        poll=0.1,
+        join=15,
+    )
 
 
 def prepare_main(labels: list[str]) -> int:

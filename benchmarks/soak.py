@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,26 +186,42 @@ def worker_thread(
 
 
 def worker_main(out: Path, slot: int, inc: int, labels: list[str], threads: int, seed: int) -> int:
+    return issue_until_stopped(
+        out,
+        lambda t, stop: worker_thread(out, slot, inc, t, labels, seed, stop),
+        threads,
+    )
+
+
+def issue_until_stopped(
+    out: Path,
+    work: Callable[[int, threading.Event], None],
+    threads: int,
+    *,
+    ready: Path | None = None,
+    poll: float = 0.2,
+    join: float = 30,
+) -> int:
+    """An issuing process (the soak's, the failover harness's): set Django up, run
+    ``work(t, stop)`` on ``threads`` threads, touch ``ready`` once they run, and stop them when
+    SIGTERM comes or ``out/STOP`` appears; then release this process's worker leases."""
     import django
 
     django.setup()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ts = [
-        threading.Thread(
-            target=worker_thread, args=(out, slot, inc, t, labels, seed, stop), daemon=True
-        )
-        for t in range(threads)
-    ]
+    ts = [threading.Thread(target=work, args=(t, stop), daemon=True) for t in range(threads)]
     for t in ts:
         t.start()
+    if ready is not None:
+        ready.touch()
     stop_file = out / "STOP"
     while not stop.is_set():
         if stop_file.exists():
             stop.set()
-        stop.wait(0.2)
+        stop.wait(poll)
     for t in ts:
-        t.join(30)
+        t.join(join)
     from django_sequences.sources import workers
 
     with contextlib.suppress(Exception):
