@@ -164,6 +164,19 @@ def rows(key: str) -> tuple[int, int] | None:
     return found
 
 
+def settle(*names: str) -> None:
+    """Wait until no background lease of these sequences is under way in this process (one an
+    earlier call started would move a counter row meanwhile)."""
+    import time
+
+    from django_sequences import get_sequence
+
+    end = time.monotonic() + 10
+    while any(get_sequence(name).status().prefetching for name in names):
+        assert time.monotonic() < end, "prefetch did not finish"
+        time.sleep(0.002)
+
+
 def assert_unique(values: list[int], expected: int) -> None:
     dupes = len(values) - len(set(values))
     assert dupes == 0, f"{dupes} values issued twice"

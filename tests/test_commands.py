@@ -31,6 +31,8 @@ from django_sequences.operations import overview
 from django_sequences.sources import workers as leases
 from django_sequences.sources.autoincrement import table_name
 
+from .conftest import settle
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 Provision = sequences_provision.Command
@@ -136,6 +138,7 @@ def test_provision_makes_rows_shards_and_tables_once() -> None:
     next_values("cmd.plain", 3)
     assert len(set(next_values("cmd.sharded", 8))) == 8
     assert next_value("cmd.tables") > 0
+    settle("cmd.plain", "cmd.sharded", "cmd.tables")
     before = state()
     again = json.loads(run("sequences_provision", "--json"))
     assert again == {

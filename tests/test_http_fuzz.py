@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, quote_from_bytes, urlencode
@@ -31,6 +30,8 @@ from hypothesis.control import currently_in_test_context
 
 from django_sequences import get_sequence, http, next_value
 from django_sequences.models import ApiToken, Segment, Sequence
+
+from .conftest import settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,11 +76,7 @@ class Api:
     def state(self) -> tuple[object, ...]:
         """The counter rows and what this process issued of each sequence, once no background
         prefetch is under way (one an earlier request started would move a row meanwhile)."""
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(
-            get_sequence(name).status().prefetching for name in NAMES
-        ):
-            time.sleep(0.002)
+        settle(*NAMES)
         rows = tuple(Segment.objects.order_by("key").values_list("key", "value", "version"))
         return rows, tuple(get_sequence(name).status().issued for name in NAMES)
 

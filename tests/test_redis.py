@@ -30,7 +30,7 @@ from django_sequences.sources.redis import (
 )
 
 from . import redisutil, workers
-from .conftest import assert_unique, issue_from_threads, rows
+from .conftest import assert_unique, issue_from_threads, rows, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,14 +51,6 @@ def row_value(key: str) -> int:
 def counter(key: str) -> int | None:
     """The counter in Redis; None when it is missing, lost or holds an installer's claim."""
     return decode_counter(redisutil.admin().get(key))
-
-
-def settle(name: str) -> None:
-    """Wait for this process's background lease of ``name`` to finish."""
-    end = time.monotonic() + 10
-    while get_sequence(name).status().prefetching:
-        assert time.monotonic() < end, "prefetch did not finish"
-        time.sleep(0.002)
 
 
 def build(name: str) -> HwmGenerator:

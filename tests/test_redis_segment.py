@@ -35,7 +35,7 @@ from django_sequences.models import Segment, Sequence
 from django_sequences.sources.redis import RedisWindowStore
 
 from . import redisutil, workers
-from .conftest import assert_unique, issue_from_threads, rows
+from .conftest import assert_unique, issue_from_threads, rows, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,14 +61,6 @@ def row_value(key: str) -> int:
     found = rows(key)
     assert found is not None, f"no counter row {key!r}"
     return found[0]
-
-
-def settle(name: str) -> None:
-    """Wait for this process's background chunk lease of ``name`` to finish."""
-    end = time.monotonic() + 10
-    while get_sequence(name).status().prefetching:
-        assert time.monotonic() < end, "prefetch did not finish"
-        time.sleep(0.002)
 
 
 def drain(fn: Any) -> tuple[list[int], BaseException]:
