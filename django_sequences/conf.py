@@ -43,6 +43,11 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_BACKOFF": 0.002,
     # Longest a caller waits for a lease in flight before BackendUnavailable (s).
     "LEASE_WAIT_TIMEOUT": 30.0,
+    # The failover guard (invariant I11, docs/scaling.md): a counter found last moved by
+    # another server (a promoted replica) moves ahead before issuing, by its pace (most values
+    # leased in one second) times FAILOVER_MARGIN_SECONDS + 1: the replication lag covered.
+    "FAILOVER_GUARD": True,
+    "FAILOVER_MARGIN_SECONDS": 30.0,
     # django-redis cache alias (a key of CACHES) that the redis strategies use, unless a
     # sequence's options["redis_alias"] names another.
     "REDIS_ALIAS": "default",
@@ -116,8 +121,12 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
                 Problem("django_sequences.E002", f"{SETTING} has unknown key {key!r}.", hint)
             )
     s = {**DEFAULTS, **raw}
-    if not isinstance(s["AUTO_CREATE"], bool):
-        out.append(_type("AUTO_CREATE", "True or False", s))
+    for key in ("AUTO_CREATE", "FAILOVER_GUARD"):
+        if not isinstance(s[key], bool):
+            out.append(_type(key, "True or False", s))
+    m = s["FAILOVER_MARGIN_SECONDS"]
+    if not _num(m) or not 0 <= m <= 86400:
+        out.append(_type("FAILOVER_MARGIN_SECONDS", "a number of seconds from 0 to 86400", s))
     for key in ("DEFAULT_STEP", "MAX_BATCH", "LEASE_RETRIES", "HTTP_MAX_COUNT"):
         if not _pos_int(s[key]):
             out.append(_type(key, "an int of at least 1", s))

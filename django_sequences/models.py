@@ -17,6 +17,7 @@ from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_na
 from .exceptions import InvalidDefinition, InvalidName, TemplateError
 from .managers import SegmentManager, SequenceManager
 from .sources.workers import WorkerLeaseManager
+from .sources.writers import WRITER_LENGTH
 from .strategies import validate
 
 #: Longest counter-row key: a sequence name plus a period, shard or partition suffix.
@@ -193,6 +194,19 @@ class Segment(_Bounds):
     key = ExactCharField(_("key"), max_length=MAX_KEY_LENGTH, unique=True)
     value = models.BigIntegerField(_("last leased value"))
     version = models.BigIntegerField(_("version"), default=0)
+    # The failover guard (invariant I11, sources/writers.py)
+    writer = models.CharField(
+        _("writer"),
+        max_length=WRITER_LENGTH,
+        blank=True,
+        default="",
+        help_text=_("The database server that last leased from this row (failover guard)."),
+    )
+    pace = models.BigIntegerField(
+        _("pace"), default=0, help_text=_("Most values leased within one second.")
+    )
+    pace_second = models.BigIntegerField(_("pace second"), default=0)
+    pace_count = models.BigIntegerField(_("pace count"), default=0)
 
     objects = SegmentManager()
 
@@ -378,6 +392,13 @@ class WorkerLease(models.Model):
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     last_timestamp = models.BigIntegerField(_("last timestamp"), default=0)
     version = models.BigIntegerField(_("version"), default=0)
+    writer = models.CharField(
+        _("writer"),
+        max_length=WRITER_LENGTH,
+        blank=True,
+        default="",
+        help_text=_("The database server that last wrote this lease (failover guard)."),
+    )
 
     objects = WorkerLeaseManager()
 
@@ -393,3 +414,25 @@ class WorkerLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}#{self.worker_id}"
+
+
+class CounterWriter(models.Model):
+    """Who last moved a counter that cannot record it itself (an ``autoincrement`` table), and
+    its pace: the failover guard's record (invariant I11, ``sources/writers.py``)."""
+
+    key = ExactCharField(_("key"), max_length=MAX_KEY_LENGTH, unique=True)
+    writer = models.CharField(_("writer"), max_length=WRITER_LENGTH, blank=True, default="")
+    pace = models.BigIntegerField(
+        _("pace"), default=0, help_text=_("Most values issued within one second.")
+    )
+    pace_second = models.BigIntegerField(_("pace second"), default=0)
+    pace_count = models.BigIntegerField(_("pace count"), default=0)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("counter writer")
+        verbose_name_plural = _("counter writers")
+        ordering = ["key"]
+
+    def __str__(self) -> str:
+        return f"{self.key} @ {self.writer or '?'}"

@@ -1,0 +1,215 @@
+"""The failover guard (invariant I11): who last moved a counter, and how far ahead to move it
+when another server now answers.
+
+Asynchronous replication (PostgreSQL's default streaming, MariaDB/MySQL replicas, every Redis
+replica) loses what the old primary committed but had not shipped when it died: a promoted
+standby holds each counter at an *older* value, and leasing from there hands out values again
+that the old primary leased already. So every counter a store keeps records the identity of
+the server (the *writer*) that last moved it, and the first lease that finds another writer
+answering moves the counter ahead by a margin before handing anything out ("persist ahead,
+never lower"), logs a warning and counts it.
+
+Writer identities (read by the server, in the statement that leases, so a pooler or proxy
+that moves a session to another server cannot hide the change):
+
+- PostgreSQL: ``<system identifier>:<timeline>``. A standby made by ``pg_basebackup`` shares
+  the primary's system identifier; a promotion always starts a new timeline, which the name of
+  the current WAL file shows at once (``pg_control_checkpoint()`` lags until a checkpoint).
+- MariaDB: ``@@server_id`` (unique within a replication topology, as replication requires);
+  MySQL: ``@@server_uuid``.
+- Redis: ``master_replid`` of ``INFO replication``: a promoted replica starts a new one.
+
+The margin: a counter row records its *pace*, the most values leased from it within one
+second (per second of the leasing host's clock). What the old primary leased and lost was
+leased within the replication lag before it died, so at most ``pace * (lag + 1)`` values;
+``FAILOVER_MARGIN_SECONDS`` (default 30) is the lag assumed. A row with no recorded pace
+moves ahead by one step at least. Stores that keep a high-water mark in the database (the
+``redis`` and ``redis_segment`` strategies) need no margin on a Redis failover: their
+counter restarts above that mark.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+log = logging.getLogger("django_sequences.failover")
+
+#: Length of the ``writer`` columns: room for every identity below.
+WRITER_LENGTH = 64
+
+#: The server's identity as a SQL expression, per vendor (None: no guard, e.g. SQLite).
+_PG_TIMELINE = "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"
+_PG_IDENTITY = (
+    f"((SELECT system_identifier::text FROM pg_control_system()) || ':' || {_PG_TIMELINE})"
+)
+
+#: Lua: ``me`` = the Redis server's ``master_replid`` (a replica answers with its master's;
+#: it cannot write anyway).
+REDIS_WRITER_LUA = """
+local me = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
+"""
+
+
+def enabled() -> bool:
+    """``DJANGO_SEQUENCES["FAILOVER_GUARD"]`` (default True)."""
+    from ..conf import app_settings
+
+    return bool(app_settings.FAILOVER_GUARD)
+
+
+def margin_seconds() -> float:
+    """``DJANGO_SEQUENCES["FAILOVER_MARGIN_SECONDS"]``: the replication lag the margin covers."""
+    from ..conf import app_settings
+
+    return float(app_settings.FAILOVER_MARGIN_SECONDS)
+
+
+def margin(pace: int, floor: int = 1) -> int:
+    """Values to move a counter ahead on a new writer: ``pace * (lag + 1)``, at least
+    ``floor`` (a row's step)."""
+    return max(int(floor), math.ceil(max(int(pace or 0), 0) * (margin_seconds() + 1)), 1)
+
+
+def identity_sql(w: BaseDatabaseWrapper) -> str | None:
+    """The server's writer identity as a SQL expression for connection ``w``'s vendor, or None
+    where there is no failover to guard against (SQLite, other vendors)."""
+    if w.vendor == "postgresql":
+        return _PG_IDENTITY
+    if w.vendor == "mysql":
+        if getattr(w, "mysql_is_mariadb", False):
+            return "CONCAT('mariadb:', @@server_id)"
+        return "CONCAT('mysql:', @@server_uuid)"
+    return None
+
+
+def fast_identity_sql(w: BaseDatabaseWrapper) -> str | None:
+    """What a one-statement increment compares the row's writer with: the full identity on
+    MariaDB/MySQL (a ``%s`` parameter: :func:`connection_identity`), and on PostgreSQL the
+    cached system identifier followed by the timeline the server reads (``%s || ':' || …``):
+    the control file read of ``pg_control_system()`` costs about 15 % of a lease on every
+    statement, while a promotion always shows in the timeline."""
+    if w.vendor == "postgresql":
+        return f"(%s || ':' || {_PG_TIMELINE})"
+    if w.vendor == "mysql":
+        return "%s"
+    return None
+
+
+_cached: dict[str, tuple[Any, str]] = {}
+_cached_lock = threading.Lock()
+
+
+def connection_identity(w: BaseDatabaseWrapper, refresh: str | None = None) -> str:
+    """The identity of the server behind connection ``w``, read once per connection (a new
+    connection reads it again): the fast path's parameter. On PostgreSQL only the system
+    identifier part is used (the timeline is read by every statement). ``refresh``: an
+    identity just read on ``w`` by a lease, stored instead."""
+    raw = w.connection
+    key = w.alias
+    if refresh is not None:
+        with _cached_lock:
+            _cached[key] = (raw, refresh)
+        return refresh
+    found = _cached.get(key)
+    if found is not None and found[0] is raw:
+        return found[1]
+    expr = identity_sql(w)
+    if expr is None:
+        return ""
+    with w.cursor() as c:
+        c.execute(f"SELECT {expr}")
+        row = c.fetchone()
+    value = str(row[0]) if row else ""
+    with _cached_lock:
+        _cached[key] = (raw, value)
+    return value
+
+
+def fast_param(w: BaseDatabaseWrapper) -> str:
+    """The parameter of :func:`fast_identity_sql` for connection ``w``."""
+    value = connection_identity(w)
+    if w.vendor == "postgresql":
+        return value.rsplit(":", 1)[0]
+    return value
+
+
+def pace_second() -> int:
+    """The second (of this host's clock) a lease counts its values in for the pace."""
+    return int(time.time())
+
+
+@dataclass(frozen=True)
+class Jump:
+    """One counter moved ahead because another writer answers (a failover)."""
+
+    store: str
+    key: str
+    old_writer: str
+    new_writer: str
+    before: int
+    after: int
+    at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "key": self.key,
+            "old_writer": self.old_writer,
+            "new_writer": self.new_writer,
+            "before": self.before,
+            "after": self.after,
+            "at": self.at.isoformat(),
+        }
+
+
+_jumps: collections.deque[Jump] = collections.deque(maxlen=100)
+_jump_count = 0
+_jumps_lock = threading.Lock()
+
+
+def record_jump(
+    store: str, key: str, old_writer: str, new_writer: str, before: int, after: int
+) -> Jump:
+    """Log (warning), count and signal (``counter_moved_ahead``) that counter ``key`` of
+    ``store`` (``"database 'default'"``, ``"redis 'default'"``) was moved from ``before`` to
+    ``after`` because ``new_writer`` answers where ``old_writer`` last moved it."""
+    global _jump_count
+    jump = Jump(store, key, old_writer, new_writer, before, after, datetime.now(UTC))
+    with _jumps_lock:
+        _jumps.append(jump)
+        _jump_count += 1
+    log.warning(
+        "Failover guard: counter %r on %s was last moved by writer %s, but %s answers now (a "
+        "failover to a replica that may have missed the last leases): moved it ahead from %s "
+        "to %s before issuing.",
+        key,
+        store,
+        old_writer or "(unknown)",
+        new_writer,
+        before,
+        after,
+    )
+    from ..signals import counter_moved_ahead
+
+    counter_moved_ahead.send(sender=store, jump=jump)
+    return jump
+
+
+def jumps() -> list[Jump]:
+    """The last 100 moves ahead in this process, oldest first."""
+    with _jumps_lock:
+        return list(_jumps)
+
+
+def jump_count() -> int:
+    """Moves ahead in this process since it started."""
+    return _jump_count
