@@ -34,6 +34,7 @@ from .exceptions import (
     SequenceExhausted,
     SequenceNotFound,
 )
+from .sources import writers
 from .sources.connections import lease_connection, resolve_alias
 
 _T = TypeVar("_T")
@@ -757,7 +758,14 @@ class SegmentManager(models.Manager["Segment"]):
         sql = _lease_sql(self.model, w)
         if sql.increment:
             now = w.ops.adapt_datetimefield_value(timezone.now())
-            params = [count, now, key, count]
+            params: list[Any]
+            if sql.guarded:
+                # the row must name the server answering now: else the lease below decides
+                # (a new writer moves the row ahead first: the failover guard, I11)
+                pace = _pace_params(count)
+                params = [count, now, *pace, key, count, writers.fast_param(w)]
+            else:
+                params = [count, now, key, count]
             last: int | None
             if private and w.vendor == "postgresql" and w.alias not in _unprepared:
                 last = _pg_prepared_returning(w, sql.increment, params)
@@ -787,11 +795,28 @@ class SegmentManager(models.Manager["Segment"]):
                     self._create_missing_row(w, key, name)
                     created = True
                     continue
-                value, lo, hi, step, version, cycle, seq_name = row
+                value, lo, hi, step, version, cycle, seq_name, writer, pace, current = row
+                moved: tuple[str, int, int] | None = None
+                if sql.guarded:
+                    current = str(current)
+                    writers.connection_identity(w, refresh=current)
+                    if writer and writer != current and writers.enabled():
+                        # Another server leased from this row last: a failover, maybe to a
+                        # replica that missed its last leases. Move ahead first (I11).
+                        ahead = value + writers.margin(pace, step)
+                        moved = (writer, value, min(ahead, max(hi, value)))
+                        value = moved[2]
                 first, last = _plan(seq_name, value, lo, hi, count or step, bool(cycle), exact)
                 now = w.ops.adapt_datetimefield_value(timezone.now())
-                c.execute(sql.update, [last, now, key, version])
+                if sql.guarded:
+                    pace_args = _pace_params(last - first + 1)
+                    c.execute(sql.update, [last, now, current, *pace_args, key, version])
+                else:
+                    c.execute(sql.update, [last, now, key, version])
                 if c.rowcount == 1:
+                    if moved is not None:
+                        store = f"database {w.alias.split(':')[0]!r}"
+                        writers.record_jump(store, key, moved[0], current, moved[1], moved[2])
                     return first, last
             attempt += 1
             if attempt < retries:
@@ -914,12 +939,20 @@ def _on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -
 
 
 class _LeaseSQL:
-    __slots__ = ("increment", "select", "update")
+    __slots__ = ("guarded", "increment", "select", "update")
 
-    def __init__(self, select: str, update: str, increment: str | None) -> None:
+    def __init__(self, select: str, update: str, increment: str | None, guarded: bool) -> None:
         self.select = select
         self.update = update
         self.increment = increment
+        #: the vendor has a writer identity: statements record it and the pace (I11)
+        self.guarded = guarded
+
+
+def _pace_params(n: int) -> list[int]:
+    """Parameters of the pace assignments (:func:`_lease_sql`) for a lease of ``n`` values."""
+    second = writers.pace_second()
+    return [second, n, n, second, n, n, second]
 
 
 _sql_cache: dict[tuple[type, str], _LeaseSQL] = {}
@@ -940,22 +973,41 @@ def _lease_sql(model: type[Segment], w: BaseDatabaseWrapper) -> _LeaseSQL:
 
         t, d = qn(seg.db_table), qn(defn.db_table)
         value, version = col("value"), col("version")
+        identity = writers.identity_sql(w)
+        fast_identity = writers.fast_identity_sql(w)
+        current = identity or "''"
         select = (
             f"SELECT s.{value}, s.{col('min_value')}, s.{col('max_value')}, "
-            f"s.{col('step')}, s.{version}, d.{col('cycle', defn)}, d.{col('name', defn)} "
+            f"s.{col('step')}, s.{version}, d.{col('cycle', defn)}, d.{col('name', defn)}, "
+            f"s.{col('writer')}, s.{col('pace')}, {current} "
             f"FROM {t} s JOIN {d} d ON d.{qn(str(defn.pk.column))} = s.{col('sequence')} "
             f"WHERE s.{col('key')} = %s"
         )
+        # The pace: the most values leased within one second (of the leasing host's clock).
+        # Assignments in this order read the old columns on every vendor (MariaDB/MySQL
+        # assign left to right, reading the new values of columns already assigned).
+        pace, ps, pc = col("pace"), col("pace_second"), col("pace_count")
+        pace_sets = (
+            f", {pace} = CASE WHEN {ps} = %s THEN GREATEST({pace}, {pc} + %s) "
+            f"ELSE GREATEST({pace}, %s) END, "
+            f"{pc} = CASE WHEN {ps} = %s THEN {pc} + %s ELSE %s END, {ps} = %s"
+        )
+        if identity is None:
+            pace_sets = ""
+        set_writer = f", {col('writer')} = %s" if identity else ""
         update = (
             f"UPDATE {t} SET {value} = %s, {version} = {version} + 1, "
-            f"{col('updated_at')} = %s WHERE {col('key')} = %s AND {version} = %s"
+            f"{col('updated_at')} = %s{set_writer}{pace_sets} "
+            f"WHERE {col('key')} = %s AND {version} = %s"
         )
         # value <= max - n rather than value + n <= max: no overflow next to BIGINT's limit
         where = (
             f"WHERE {col('key')} = %s AND {value} >= {col('min_value')} - 1 "
             f"AND {value} <= {col('max_value')} - %s"
         )
-        sets = f"{version} = {version} + 1, {col('updated_at')} = %s"
+        sets = f"{version} = {version} + 1, {col('updated_at')} = %s{pace_sets}"
+        if fast_identity is not None:
+            where += f" AND {col('writer')} = {fast_identity}"
         increment: str | None
         if w.vendor == "mysql":
             increment = f"UPDATE {t} SET {value} = LAST_INSERT_ID({value} + %s), {sets} {where}"
@@ -965,7 +1017,9 @@ def _lease_sql(model: type[Segment], w: BaseDatabaseWrapper) -> _LeaseSQL:
             increment = f"UPDATE {t} SET {value} = {value} + %s, {sets} {where} RETURNING {value}"
         else:  # other backends: the optimistic lease, one value at a time
             increment = None
-        found = _sql_cache[(model, w.vendor)] = _LeaseSQL(select, update, increment)
+        found = _sql_cache[(model, w.vendor)] = _LeaseSQL(
+            select, update, increment, identity is not None
+        )
     return found
 
 

@@ -98,7 +98,7 @@ def fast_identity_sql(w: BaseDatabaseWrapper) -> str | None:
     the control file read of ``pg_control_system()`` costs about 15 % of a lease on every
     statement, while a promotion always shows in the timeline."""
     if w.vendor == "postgresql":
-        return f"(%s || ':' || {_PG_TIMELINE})"
+        return f"(CAST(%s AS text) || ':' || {_PG_TIMELINE})"
     if w.vendor == "mysql":
         return "%s"
     return None
