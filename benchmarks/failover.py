@@ -24,7 +24,9 @@ past the first), errors by class while no primary answered (from the kill to tha
 first value after promotion) and ``resume_seconds`` (promotion to that first value).
 :func:`run_scenario` returns a :class:`ScenarioResult` a test can assert on.
 
-These are the figures *before the failover guard* (DESIGN.md I11): docs/scaling.md has them.
+``--guard off`` runs it with ``DJANGO_SEQUENCES["FAILOVER_GUARD"] = False`` (what the guard of
+DESIGN.md I11 prevents; ``--guard both`` runs each scenario both ways). docs/scaling.md has the
+figures.
 """
 
 from __future__ import annotations
@@ -46,8 +48,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-from django_redis.pool import ConnectionFactory
 
 from . import soak, topology
 
@@ -97,6 +97,8 @@ class ScenarioResult:
     notes: list[str] = field(default_factory=list)
     events: list[tuple[str, float]] = field(default_factory=list)
     seconds: float = 0.0
+    #: counters the failover guard moved ahead (its log warnings, all processes)
+    moved_ahead: int = 0
 
     @property
     def attempted(self) -> int:
@@ -279,6 +281,13 @@ class Run:
                 r.outage_errors[exc] = r.outage_errors.get(exc, 0) + 1
         return res
 
+    def moved_ahead(self) -> int:
+        """Counters the failover guard moved ahead in the issuing processes (its warnings)."""
+        return sum(
+            p.read_text(errors="replace").count("Failover guard:")
+            for p in self.out.glob("p*.stderr")
+        )
+
     def cleanup(self, keep: bool) -> None:
         if not keep:
             shutil.rmtree(self.out, ignore_errors=True)
@@ -343,6 +352,7 @@ def _pg_failover(sync: bool, opts: Options) -> ScenarioResult:
         run.stop()
         run.event("stopped")
         res.labels = run.collect(t_kill, t_promote)
+        res.moved_ahead = run.moved_ahead()
         res.events = run.events
         run.cleanup(opts.keep)
     finally:
@@ -393,6 +403,7 @@ def scenario_b(opts: Options) -> ScenarioResult:
         run.stop()
         run.event("stopped")
         res.labels = run.collect(t_kill, t_promote)
+        res.moved_ahead = run.moved_ahead()
         res.events = run.events
         run.cleanup(opts.keep)
     finally:
@@ -442,6 +453,7 @@ def scenario_c(opts: Options) -> ScenarioResult:
         run.stop()
         run.event("stopped")
         res.labels = run.collect(t_kill, t_promote)
+        res.moved_ahead = run.moved_ahead()
         res.events = run.events
         run.cleanup(opts.keep)
     finally:
@@ -486,6 +498,7 @@ def scenario_d(opts: Options) -> ScenarioResult:
         run.stop()
         run.event("stopped")
         res.labels = run.collect(t_kill, t_promote)
+        res.moved_ahead = run.moved_ahead()
         res.events = run.events
         for path in sorted(run.out.glob("p*.stderr")):
             text = path.read_text(errors="replace").strip()
@@ -545,6 +558,7 @@ def _pgbouncer(opts: Options, unprepared: bool) -> ScenarioResult:
         run.stop()
         run.event("stopped")
         res.labels = run.collect(None, None)
+        res.moved_ahead = run.moved_ahead()
         res.events = run.events
         # the server's log: what became of the strict lease's prepared statement behind the pool
         for log in (bouncer.pg.dir / "log", bouncer.root / "bouncer" / "pgbouncer.log"):
@@ -591,25 +605,9 @@ def run_scenario(name: str, opts: Options | None = None) -> ScenarioResult:
             run.stop()
             run.cleanup(False)
     res.seconds = round(time.monotonic() - t0, 1)
+    if (opts or Options()).sequences_settings.get("FAILOVER_GUARD") is False:
+        res.scenario += " (guard off)"
     return res
-
-
-# --- the cluster connection factory (scenario d) ---------------------------------------------
-
-
-class ClusterConnectionFactory(ConnectionFactory):
-    """django-redis connection factory returning redis-py's ``RedisCluster`` (django-redis 7
-    has no cluster client)."""
-
-    def connect(self, url: str) -> Any:
-        from redis.cluster import RedisCluster
-
-        params = self.make_connection_params(url)
-        return RedisCluster.from_url(
-            url,
-            socket_timeout=params.get("socket_timeout"),
-            socket_connect_timeout=params.get("socket_connect_timeout"),
-        )
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -631,7 +629,7 @@ def print_table(results: list[ScenarioResult]) -> None:
             resume = "-" if r.resume_seconds is None else f"{r.resume_seconds:.2f}"
             outage = (
                 _fmt_errors(r.outage_errors)
-                if not res.scenario.startswith("e")
+                if not res.scenario.startswith("e")  # e, e-unprepared: no failover
                 else ("(no failover) " + _fmt_errors(r.errors))
             )
             print(
@@ -640,6 +638,7 @@ def print_table(results: list[ScenarioResult]) -> None:
             )
     for res in results:
         print(f"\n{res.scenario}: {res.description} ({res.seconds:g} s)")
+        print(f"  - counters the failover guard moved ahead: {res.moved_ahead}")
         for note in res.notes:
             print(f"  - {note}")
         for r in res.labels.values():
@@ -684,6 +683,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", type=float, default=8.0, help="seconds after promotion")
     parser.add_argument("--keep", action="store_true", help="keep temp dirs and logs")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
+    parser.add_argument(
+        "--guard",
+        choices=["on", "off", "both"],
+        default="on",
+        help="the failover guard (DJANGO_SEQUENCES['FAILOVER_GUARD']): on (the default "
+        "setting), off (to see what it prevents), or both, one run after the other",
+    )
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -694,13 +700,21 @@ def main(argv: list[str] | None = None) -> int:
         return prepare_main(args.labels.split(","))
     if args.worker is not None:
         return worker_main(args.out, args.worker, args.labels.split(","), args.threads)
-    opts = Options(warmup=args.warmup, lag=args.lag, after=args.after, keep=args.keep)
+    guards = {"on": [True], "off": [False], "both": [True, False]}[args.guard]
     results = []
     for name in args.scenario or list(SCENARIOS):
-        try:
-            results.append(run_scenario(name, opts))
-        except Exception as exc:  # one broken topology does not hide the others' figures
-            print(f"scenario {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        for guard in guards:
+            opts = Options(
+                warmup=args.warmup,
+                lag=args.lag,
+                after=args.after,
+                keep=args.keep,
+                sequences_settings={} if guard else {"FAILOVER_GUARD": False},
+            )
+            try:
+                results.append(run_scenario(name, opts))
+            except Exception as exc:  # one broken topology does not hide the others' figures
+                print(f"scenario {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     print_table(results)
     if args.json:
         data = [
