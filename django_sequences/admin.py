@@ -48,7 +48,16 @@ from django.utils.translation import gettext_lazy as _
 from .core.base import SequenceSpec
 from .core.validation import check_bounds, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError, TemplateError
-from .models import ApiToken, IssuedNumber, IssueStat, Segment, Sequence, SeriesMark, WorkerLease
+from .models import (
+    ApiToken,
+    CounterWriter,
+    IssuedNumber,
+    IssueStat,
+    Segment,
+    Sequence,
+    SeriesMark,
+    WorkerLease,
+)
 from .numbers import check_template, compile_template, render_preview
 from .operations import WRAPPERS, partition_health
 from .stats import rate_series
@@ -900,7 +909,18 @@ class SegmentAdmin(admin.ModelAdmin):
     search_fields = ("key", "sequence__name")
     list_select_related = ("sequence",)
     # ``value`` moves by leasing, or up (never down) by a superuser's confirmed "set value"
-    readonly_fields = ("sequence", "key", "value", "version", "created_at", "updated_at")
+    # ``writer`` and the pace are the failover guard's (docs/scaling.md): leases write them
+    readonly_fields = (
+        "sequence",
+        "key",
+        "value",
+        "version",
+        "writer",
+        "pace",
+        "created_at",
+        "updated_at",
+    )
+    exclude = ("pace_second", "pace_count")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # rows are made by define() and on first lease
@@ -995,6 +1015,15 @@ class SeriesMarkAdmin(ReadOnlyAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(CounterWriter)
+class CounterWriterAdmin(ReadOnlyAdmin):
+    """The failover guard's records of counters that cannot hold them (autoincrement tables):
+    which database server issued from them last, and their pace. Read-only."""
+
+    list_display = ("key", "writer", "pace", "updated_at")
+    search_fields = ("key", "writer")
 
 
 @admin.register(WorkerLease)

@@ -223,3 +223,23 @@ def test_bad_guard_setting_is_a_check_error() -> None:
     with override_settings(DJANGO_SEQUENCES={"FAILOVER_GUARD": "yes"}):
         found = [m for m in run_checks() if "FAILOVER_GUARD" in m.msg]
     assert found and "True or False" in found[0].msg
+
+
+def test_admin_shows_the_writer_read_only(admin_client: object, vendor: str) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    assert isinstance(admin_client, Client)
+    Sequence.objects.define("inv", step=10)
+    Segment.objects.lease("inv")
+    row = Segment.objects.get(key="inv")
+    page = admin_client.get(reverse("admin:django_sequences_segment_change", args=[row.pk]))
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert "Writer" in text and "Pace" in text
+    assert 'name="writer"' not in text and 'name="pace"' not in text  # not editable
+    assert 'name="pace_second"' not in text
+    if vendor in GUARDED:
+        assert row.writer and row.writer in text
+    listing = admin_client.get(reverse("admin:django_sequences_counterwriter_changelist"))
+    assert listing.status_code == 200
