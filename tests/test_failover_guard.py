@@ -11,8 +11,11 @@ tests/test_failover_harness.py.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
+from django.conf import settings
 from django.core.checks import run_checks
 from django.db import connection
 from django.db.models import F
@@ -22,13 +25,16 @@ from django_sequences import next_value, next_values
 from django_sequences.exceptions import SequenceExhausted
 from django_sequences.models import Segment, Sequence
 from django_sequences.signals import counter_moved_ahead
-from django_sequences.sources import writers
+from django_sequences.sources import redisconn, writers
+from django_sequences.sources.timestamp import redis_keys
 
 from .conftest import assert_unique, run_threads, settle
+from .leasetools import FakeClock, build, unique_name
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 GUARDED = ("postgresql", "mysql")
+AT = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 OTHER = "pg:1:00000001-another-server"
 
 
@@ -109,7 +115,7 @@ def test_segment_row_moves_ahead_on_a_new_writer(
     assert Segment.objects.lease("inv") == (last + 1, last + 10)
 
 
-@override_settings(DJANGO_SEQUENCES={"FAILOVER_GUARD": False})
+@override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_GUARD": False})
 def test_without_the_guard_the_lost_values_come_out_again(guarded: str) -> None:
     """What the guard prevents (and the proof the test above can fail)."""
     Sequence.objects.define("inv", step=10)
@@ -122,7 +128,7 @@ def test_without_the_guard_the_lost_values_come_out_again(guarded: str) -> None:
     assert Segment.objects.get(key="inv").writer == _current()  # recorded all the same
 
 
-@override_settings(DJANGO_SEQUENCES={"FAILOVER_MARGIN_SECONDS": 0})
+@override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_MARGIN_SECONDS": 0})
 def test_the_margin_is_at_least_one_step(guarded: str) -> None:
     Sequence.objects.define("inv", step=10)
     Segment.objects.lease("inv")
@@ -214,13 +220,15 @@ def test_sqlite_has_no_guard(vendor: str) -> None:
 
 @pytest.mark.parametrize("value", [-1, "30", float("nan"), 86401, True])
 def test_bad_margin_setting_is_a_check_error(value: object) -> None:
-    with override_settings(DJANGO_SEQUENCES={"FAILOVER_MARGIN_SECONDS": value}):
+    with override_settings(
+        DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_MARGIN_SECONDS": value}
+    ):
         found = [m for m in run_checks() if "FAILOVER_MARGIN_SECONDS" in m.msg]
     assert found and found[0].id == "django_sequences.E003"
 
 
 def test_bad_guard_setting_is_a_check_error() -> None:
-    with override_settings(DJANGO_SEQUENCES={"FAILOVER_GUARD": "yes"}):
+    with override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_GUARD": "yes"}):
         found = [m for m in run_checks() if "FAILOVER_GUARD" in m.msg]
     assert found and "True or False" in found[0].msg
 
@@ -243,3 +251,55 @@ def test_admin_shows_the_writer_read_only(admin_client: object, vendor: str) -> 
         assert row.writer and row.writer in text
     listing = admin_client.get(reverse("admin:django_sequences_counterwriter_changelist"))
     assert listing.status_code == 200
+
+
+# --- the timestamp strategy's Redis counter ---------------------------------------------------
+
+
+@pytest.fixture
+def ts_name() -> Iterator[str]:
+    """A timestamp sequence name no earlier run used (Redis keys outlive the test database)."""
+    found = unique_name("tsfo")
+    yield found
+    c = redisconn.client("sequences")
+    last, prefix = redis_keys(found, "sequences")
+    for key in [last, *c.scan_iter(match=f"{prefix}*")]:
+        c.delete(key)
+
+
+def _promote_replica(name: str, second: int, counter: int) -> None:
+    """What a promoted Redis replica holds: this second's counter as of an older write, and
+    the writer key naming the old master."""
+    c = redisconn.client("sequences")
+    _last, prefix = redis_keys(name, "sequences")
+    c.set(f"{prefix}writer", "0123456789abcdef-the-old-master")
+    c.set(f"{prefix}{second}", counter)
+
+
+def test_timestamp_redis_counter_burns_the_second_on_a_new_master(ts_name: str) -> None:
+    Sequence.objects.define(ts_name, strategy="timestamp")
+    clock = FakeClock(wall=AT.timestamp() + 0.25)
+    g = build(ts_name, clock)
+    issued = [g.next() for _ in range(3)]  # the first use skips to the next second
+    second = int(clock.t)
+    _promote_replica(ts_name, second, 1)  # the replica saw one of the three
+    before = writers.jump_count()
+    after = [g.next() for _ in range(3)]
+    assert not set(after) & set(issued)
+    assert int(clock.t) == second + 1  # the second was burned: the next one is new
+    assert writers.jump_count() == before + 1
+    jump = writers.jumps()[-1]
+    assert jump.old_writer == "0123456789abcdef-the-old-master"
+    assert (jump.before, jump.after) == (second, second + 1)
+    assert [g.next() for _ in range(2)] == [after[-1] + 1, after[-1] + 2]  # no burn again
+
+
+def test_timestamp_redis_counter_without_the_guard_repeats_numbers(ts_name: str) -> None:
+    Sequence.objects.define(ts_name, strategy="timestamp")
+    clock = FakeClock(wall=AT.timestamp() + 0.25)
+    g = build(ts_name, clock)
+    issued = [g.next() for _ in range(3)]
+    _promote_replica(ts_name, int(clock.t), 1)
+    with override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_GUARD": False}):
+        again = g.next()
+    assert again == issued[1]  # what the guard prevents

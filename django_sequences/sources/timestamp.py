@@ -18,18 +18,37 @@ from ..core.timestamp import (
 from ..core.validation import shown
 from ..exceptions import InvalidDefinition
 from ..strategies import Strategy
-from . import redisconn
+from . import redisconn, writers
 from .snowflake import LEASE_OPTIONS, build_leased, check_lease_options
 
 COUNTERS = ("redis", "local")
 
-# KEYS[1]: the sequence's last-second key (no expiry); KEYS[2]: this second's counter (2 s).
-# ARGV: second, count, limit. Returns {code, n}: code >= 1 is the counter of the last value
-# taken; -1 (n = last second): the second is behind the last one used; -2: nothing is known of
-# this second (a new sequence, or the counter expired or was lost): use the next one; -3 (n =
-# counter): the limit would be passed. Only code >= 1 writes anything but the first last-second.
-_COUNT = """
+# KEYS[1]: the sequence's last-second key (no expiry); KEYS[2]: this second's counter (2 s);
+# KEYS[3]: the writer, the master_replid of the Redis master that counted last (no expiry).
+# ARGV: second, count, limit, '1' to guard against a failover. Returns {code, n}: code >= 1 is
+# the counter of the last value taken; -1 (n = last second): the second is behind the last one
+# used; -2: nothing is known of this second (a new sequence, or the counter expired or was lost):
+# use the next one; -3 (n = counter): the limit would be passed. Only code >= 1 writes anything
+# but the first last-second and the writer.
+# The failover guard (I11): a writer other than this master means a replica was promoted, which
+# may hold this second's counter at an older value (or the last second behind): this second
+# is burned ({-2, second, old writer, new writer}); the next one is new on every master.
+_COUNT = (
+    writers.REDIS_WRITER_LUA
+    + """
 local second = tonumber(ARGV[1])
+if ARGV[4] == '1' then
+  local w = redis.call('GET', KEYS[3])
+  if w ~= me then
+    redis.call('SET', KEYS[3], me)
+    if w then
+      local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+      if seen < second then redis.call('SET', KEYS[1], ARGV[1]) end
+      redis.call('DEL', KEYS[2])
+      return {-2, second, w, me}
+    end
+  end
+end
 local last = redis.call('GET', KEYS[1])
 if not last then
   redis.call('SET', KEYS[1], ARGV[1])
@@ -47,6 +66,7 @@ local n = redis.call('INCRBY', KEYS[2], count)
 redis.call('EXPIRE', KEYS[2], 2)
 return {n, last}
 """
+)
 
 
 class TimestampStrategy(Strategy):
@@ -118,7 +138,8 @@ class TimestampStrategy(Strategy):
 
 
 def redis_keys(name: str, alias: str) -> tuple[str, str]:
-    """(last-second key, counter key prefix) of sequence ``name``."""
+    """(last-second key, counter key prefix) of sequence ``name``; the writer key is the
+    prefix followed by ``writer`` (one hash tag for all: one cluster slot)."""
     prefix = redisconn.make_key(alias, f"django_sequences:timestamp:{{{name}}}")
     return f"{prefix}:last", f"{prefix}:"
 
@@ -128,12 +149,20 @@ def redis_counter(name: str, alias: str) -> Callable[[int, int, int], tuple[int,
     script = redisconn.Script(_COUNT)
     store = redisconn.RedisStore(alias)
     last_key, prefix = redis_keys(name, alias)
+    writer_key = f"{prefix}writer"
 
     def count(second: int, n: int, limit: int) -> tuple[int, int]:
         key = f"{prefix}{second}"
-        code, value = store.run(
-            "counting", key, lambda c: script(c, [last_key, key], [second, n, limit])
+        guard = "1" if writers.enabled() else "0"
+        reply = store.run(
+            "counting",
+            key,
+            lambda c: script(c, [last_key, key, writer_key], [second, n, limit, guard]),
         )
-        return int(code), int(value)
+        code, value = int(reply[0]), int(reply[1])
+        if len(reply) > 2:
+            old, new = (v.decode() if isinstance(v, bytes) else str(v) for v in reply[2:4])
+            writers.record_jump(f"redis {alias!r}", key, old, new, second, second + 1)
+        return code, value
 
     return count
