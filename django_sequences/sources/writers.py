@@ -104,24 +104,19 @@ def fast_identity_sql(w: BaseDatabaseWrapper) -> str | None:
     return None
 
 
-_cached: dict[str, tuple[Any, str]] = {}
-_cached_lock = threading.Lock()
-
-
 def connection_identity(w: BaseDatabaseWrapper, refresh: str | None = None) -> str:
     """The identity of the server behind connection ``w``, read once per connection (a new
     connection reads it again): the fast path's parameter. On PostgreSQL only the system
     identifier part is used (the timeline is read by every statement). ``refresh``: an
-    identity just read on ``w`` by a lease, stored instead."""
+    identity just read on ``w`` by a lease, stored instead. Kept on the wrapper: one per
+    thread for Django's connections, one per process for the private lease connection."""
     raw = w.connection
-    key = w.alias
     if refresh is not None:
-        with _cached_lock:
-            _cached[key] = (raw, refresh)
+        w._django_sequences_writer = (raw, refresh)  # type: ignore[attr-defined]
         return refresh
-    found = _cached.get(key)
-    if found is not None and found[0] is raw:
-        return found[1]
+    found = getattr(w, "_django_sequences_writer", None)
+    if found is not None and raw is not None and found[0] is raw:
+        return str(found[1])
     expr = identity_sql(w)
     if expr is None:
         return ""
@@ -129,8 +124,7 @@ def connection_identity(w: BaseDatabaseWrapper, refresh: str | None = None) -> s
         c.execute(f"SELECT {expr}")
         row = c.fetchone()
     value = str(row[0]) if row else ""
-    with _cached_lock:
-        _cached[key] = (raw, value)
+    w._django_sequences_writer = (w.connection, value)  # type: ignore[attr-defined]
     return value
 
 
