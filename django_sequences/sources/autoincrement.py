@@ -360,11 +360,16 @@ def _insert_rows(
             return ids, writers.connection_identity(w) if identity else None
         values = ", ".join(["(%s)"] * count)
         # PostgreSQL: the server's identity read by the insert itself (the connection may be a
-        # pooler's, whose session moves to the new primary while it stays open)
-        expr = writers.identity_sql(w) if identity else None
+        # pooler's, whose session moves to the new primary while it stays open): the timeline
+        # by the server, the system identifier as this connection read it (writers.py:
+        # reading pg_control_system() in every insert costs a third of the insert)
+        expr = writers.fast_identity_sql(w) if identity else None
         returning = qn("id") if expr is None else f"{qn('id')}, {expr}"
         insert = f"INSERT INTO {qn(table)} ({qn('generate_time')}) VALUES {values}"
-        c.execute(f"{insert} RETURNING {returning}", [now] * count)
+        params: list[Any] = [now] * count
+        if expr is not None:
+            params.append(writers.fast_param(w))
+        c.execute(f"{insert} RETURNING {returning}", params)
         rows = c.fetchall()
         return sorted(int(r[0]) for r in rows), (str(rows[0][1]) if expr and rows else None)
 
