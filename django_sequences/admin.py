@@ -823,8 +823,15 @@ class _LeaseInfo(TypedDict):
     expired: bool
 
 
-def _holder(lease: WorkerLease) -> str:
+def _holder(lease: WorkerLease, now: datetime | None = None) -> str:
     if not lease.owner_uuid:
+        until = lease.expires_at
+        fenced = bool(lease.writer) and lease.renewed_at is None
+        if fenced and until is not None and until > (now or timezone.now()):
+            # the failover guard's fence (sources/workers.py): nobody may take it until then
+            return str(_("fenced after a failover until %(until)s")) % {
+                "until": f"{until:%Y-%m-%d %H:%M:%S}"
+            }
         return str(_("free"))
     pid = f" pid {lease.owner_pid}" if lease.owner_pid is not None else ""
     return f"{lease.owner_host or '?'}{pid} ({lease.owner_uuid})"
@@ -836,7 +843,8 @@ def _expired(lease: WorkerLease, now: datetime) -> bool:
 
 def _lease_info(lease: WorkerLease, now: datetime) -> _LeaseInfo:
     age = now - lease.acquired_at if lease.acquired_at and lease.owner_uuid else None
-    return {"lease": lease, "holder": _holder(lease), "age": age, "expired": _expired(lease, now)}
+    holder = _holder(lease, now)
+    return {"lease": lease, "holder": holder, "age": age, "expired": _expired(lease, now)}
 
 
 def _duration(d: timedelta | None) -> str:
@@ -1066,7 +1074,7 @@ class WorkerLeaseAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("holder"))
     def holder(self, obj: WorkerLease) -> str:
-        return _holder(obj)
+        return _holder(obj, self._now(obj))
 
     @admin.display(description=_("age"), ordering="acquired_at")
     def age(self, obj: WorkerLease) -> str:

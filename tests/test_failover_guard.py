@@ -303,3 +303,27 @@ def test_timestamp_redis_counter_without_the_guard_repeats_numbers(ts_name: str)
     with override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_GUARD": False}):
         again = g.next()
     assert again == issued[1]  # what the guard prevents
+
+
+def test_admin_shows_a_fenced_worker_lease(admin_client: object) -> None:
+    from datetime import timedelta
+
+    from django.test import Client
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from django_sequences.models import WorkerLease
+    from django_sequences.operations import overview
+
+    assert isinstance(admin_client, Client)
+    Sequence.objects.define("sf", strategy="snowflake")
+    soon = timezone.now() + timedelta(seconds=60)
+    WorkerLease.objects.create(namespace="sf", worker_id=3, writer=OTHER, expires_at=soon)
+    WorkerLease.objects.create(
+        namespace="sf", worker_id=4, writer=OTHER, expires_at=timezone.now() - timedelta(1)
+    )
+    page = admin_client.get(reverse("admin:django_sequences_workerlease_changelist"))
+    text = page.content.decode()
+    assert text.count("fenced after a failover until") == 1  # the expired fence is free
+    found = [o for o in overview() if o.name == "sf"]
+    assert found and not found[0].hosts  # a fence is nobody's lease
