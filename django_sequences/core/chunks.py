@@ -20,7 +20,9 @@ On "refill" (or a missing hash) a process leases a window ``(first, last)`` from
 - ``max < first - 1`` (the hash is behind): ``cur = first - 1, max = last``; what was left
   becomes a gap;
 - ``max >= first`` (the hash is already at or past this window): nothing; the window becomes a
-  gap.
+  gap;
+- the hash was last moved by another server (the failover guard, below): ``cur = first - 1,
+  max = last`` whatever it held ("replaced").
 
 Why no value is handed out twice: every value handed out lies in a window leased from the row,
 and leased windows are disjoint. Each window is written to the shared window by one ``extend``
@@ -33,6 +35,26 @@ from a fresh window. A stale ``extend`` (a process that leased long ago) finds t
 past its window and does nothing, or finds it gone and makes it from a window nobody else ever
 had. Moving only forward is for order: chunks come out increasing, so each process's values
 increase; uniqueness does not rest on it.
+
+Failover (invariant I11, ``sources/writers.py``). Redis replicates asynchronously: a replica
+promoted after its master died holds the hash as of some time before, its ``cur`` *behind*
+chunks the old master handed out already, and ``(cur, max]`` would hand them out again. So the
+hash records the server that last moved it (``w``: its ``master_replid``; a promoted replica
+starts a new one), compared inside ``take`` and ``extend`` themselves (a client may send a
+command again to the new master without an error reaching us). With the guard on
+(``DJANGO_SEQUENCES["FAILOVER_GUARD"]``), a hash whose writer is not the server answering
+counts as lost: ``take`` answers "missing" and takes nothing, and the next ``extend`` drops
+what the hash held and writes its fresh window in its place. That is the lost-hash case above:
+no margin is needed, because the fresh window was leased from the row *after* the failover, and
+the row (in the database, committed before each window was written to Redis) is at or above
+every window the old master ever held. A hash with no ``w`` (written by the previous release)
+is replaced the same way. The store reports the move once per hash and failover: the process
+whose ``extend`` replaced it calls ``writers.record_jump``. Not covered: two masters writing at
+once (a split brain: the old master still takes writes from clients that have not moved), where
+the old one's chunks come from windows it held before the failover and the new one's from fresh
+windows, but a process still on the old master refills it from the row too, appending windows
+the new master may also get; run Sentinel with ``min-replicas-to-write`` so an isolated master
+stops taking writes.
 
 Fault table (what a process sees; ``tests/test_redis_segment.py`` measures each row):
 
@@ -47,9 +69,13 @@ database     Redis goes on handing out chunks of its window ``[cur, max]``; when
 both         in-process chunks only, then ``BackendUnavailable``
 ===========  ======================================================================
 
-Not covered: a Redis client configured to retry commands by itself, whose retried ``extend``
-lands after the hash was lost again (the window would be written twice); the default django-redis
-client does not retry.
+Commands sent twice: redis-py (6 and later, by default) sends a command again on a new
+connection after a timeout, which may reach another server after a failover, or the same one
+after a restart. A ``take`` sent twice takes two chunks (a gap). An ``extend`` carries the
+writer its process's ``take`` (or read of the window) found, and writes nothing on another
+server, so a window goes to one server at most. Not covered: an ``extend`` sent twice to the
+same server, the hash lost between the two (a ``FLUSHALL``, an eviction or a ``DEL`` within
+the retry's back-off), which writes the window twice.
 """
 
 from __future__ import annotations
@@ -70,8 +96,14 @@ TAKEN = 2
 """A chunk was taken."""
 
 # Answers of ``WindowStore.extend``
-STALE, CREATED, APPENDED, JUMPED = 0, 1, 2, 3
-OUTCOMES = {STALE: "stale", CREATED: "created", APPENDED: "appended", JUMPED: "jumped"}
+STALE, CREATED, APPENDED, JUMPED, REPLACED = 0, 1, 2, 3, 4
+OUTCOMES = {
+    STALE: "stale",
+    CREATED: "created",
+    APPENDED: "appended",
+    JUMPED: "jumped",
+    REPLACED: "replaced",
+}
 
 #: ``db_lease(count)`` -> ``(first, last)``: a committed lease of the counter row (``None``:
 #: the row's step).

@@ -2,23 +2,25 @@
 (Redis in production, see ``sources/redis.py``) and the database lease come in as objects.
 
 Values come from one shared counter, advanced atomically (``INCRBY``): one round trip a value,
-and a batch of n is one ``INCRBY n`` returned as a range. (The Redis store runs a single value
-as a plain ``INCRBY 1`` and a batch inside a script that refuses to pass ``max_value``; its
-encoding makes a lost key show itself in the plain reply, see ``sources/redis.py``.) The
-counter lives in a store that may lose it (Redis without persistence: a restart,
-``FLUSHALL``, eviction, expiry). What makes that loss harmless is a **high-water mark (hwm)**
-kept in the database *ahead of use*: the sequence's counter row ``R`` (its ``value`` column),
-raised only by leases of windows (``Segment.objects.lease(key, window)``), each committed
-before it returns. Without ``cycle``
-(refused for this strategy) ``R`` never goes down.
+and a batch of n is one ``INCRBY n`` returned as a range. (The Redis store runs every increment,
+of one value or a batch, in one script that refuses to pass ``max_value`` and compares the
+counter's writer with the server's, see ``sources/redis.py``.) The counter lives in a store
+that may lose it (Redis without persistence: a restart, ``FLUSHALL``, eviction, expiry) or,
+after a failover, hold it at an older value (below). What makes that loss harmless is a
+**high-water mark (hwm)** kept in the database *ahead of use*: the sequence's counter row ``R``
+(its ``value`` column), raised only by leases of windows (``Segment.objects.lease(key,
+window)``), each committed before it returns. Without ``cycle`` (refused for this strategy)
+``R`` never goes down.
 
 Words used below. An **epoch** is the life of one instance of the store's key: it begins with
 the ``install`` that creates the counter and ends when the key is lost. ``h`` is a value of
 ``R`` this process knows to be committed (from its own lease, or read from the row).
 
-A key is *lost* when it is missing, or when it holds what an ``INCRBY`` on a missing key made
-(the store tells that from a live counter); an increment of a lost key issues nothing and
-answers ``MISSING``.
+A key is *lost* when it is missing, when it holds what the store cannot take for a live counter
+of its own (the Redis store: the previous release's format, or a positive number), or, with the
+failover guard on, when it was last moved by another *writer* than the server answering now (a
+failover: see below); an increment of a lost key issues nothing and answers ``MISSING``, and a
+claim writes over it as over a missing key.
 
 The rules
 ---------
@@ -69,9 +71,32 @@ The cases the argument covers, spelled out:
   argument holds per key. A period key expires two periods after its install; a later use of
   the same stamp (the clock went back) is just a lost key.
 
-Not covered: a store that comes back with an *older* value of the key (a restored snapshot, a
-failover to a lagging replica) rather than without it. Run the counter on a Redis whose restarts
-lose the key (no persistence), as the docs say.
+*A failover to a lagging replica* (invariant I11). Redis replicates asynchronously, so a
+promoted replica holds the key as of some moment before its master died: *older*, not lost,
+and incrementing it would issue again what the old master issued. Every key records its writer
+``w`` (the server's ``master_replid``, which a promotion renews), written by the claim and the
+install, and each script compares it with the server running it (``me``) in the same atomic
+step as it moves the key. With the guard on: (a) an increment of a key with ``w != me`` answers
+``MISSING`` and changes nothing; (b) a claim writes over such a key (and records ``w = me``);
+(c) an install succeeds only over its own claim *with* ``w = me``. So the new writer's first
+epoch starts with an install whose claim was written on the new writer, after the failover,
+and whose lease began after that claim: ``b' = R(lease) >= R(failover)``. Every value ``v`` the
+old writer issued satisfies ``v <= h`` with ``h`` committed before its ``INCRBY``, which ran
+before the failover; ``R`` never goes down, so ``v <= R(failover) <= b' < u`` for every value
+``u`` of the new epoch: the argument across epochs above, with the failover as the end of the
+old writer's epochs. No margin is needed: ``R`` is persisted ahead. Commands that redis-py sends
+again on a new connection (a retry after a timeout) may run on both servers: an increment
+sent again finds the key lost (a gap); an install sent again finds no claim of its own by this
+writer and fails; a claim sent again is a fresh claim on the new writer. The process whose
+claim wrote over another writer's counter reports it once (``writers.record_jump``).
+
+The same holds for a master restarted from a snapshot (measured on Redis 7.0: it starts with a
+new ``master_replid``). Not covered: an older value brought back on the *same* server (keys
+restored by a client, ``DEBUG RELOAD`` of an older file), the guard turned off
+(``DJANGO_SEQUENCES["FAILOVER_GUARD"] = False``), and two masters taking writes at once (a split
+brain: processes still on the old master go on leasing windows and incrementing there, into the
+new master's range); run Sentinel or Cluster with ``min-replicas-to-write`` so an isolated master
+stops taking writes.
 
 Faults: with the store down nothing can be issued (``BackendUnavailable`` at once). With the
 database down a process goes on while replies stay within its hwm, then raises
@@ -126,19 +151,19 @@ class CounterStore(Protocol):
     """The shared counter (one key per sequence and period stamp)."""
 
     def incr(self, key: str, count: int, limit: int) -> tuple[int, int]:
-        """Atomically: ``(MISSING, 0)`` if ``key`` is missing; ``(PENDING, 0)`` if it holds a
-        claim; ``(FULL, c)`` if its counter ``c > limit``; else add ``count`` and return
-        ``(OK, c + count)``."""
+        """Atomically: ``(MISSING, 0)`` if ``key`` is missing or lost (module docstring);
+        ``(PENDING, 0)`` if it holds a claim; ``(FULL, c)`` if its counter ``c > limit``; else
+        add ``count`` and return ``(OK, c + count)``."""
         ...
 
     def claim(self, key: str, token: str, ttl_ms: int) -> bool:
-        """Make ``key`` hold a claim for ``token`` (expiring after ``ttl_ms``) if it is missing;
-        True also if it holds this very claim already."""
+        """Make ``key`` hold a claim for ``token`` (expiring after ``ttl_ms``) if it is missing
+        or lost; True also if it holds this very claim already."""
         ...
 
     def install(self, key: str, token: str, base: int, expire_ms: int | None) -> bool:
         """Set ``key``'s counter to ``base`` (expiring after ``expire_ms`` if given) only if it
-        still holds the claim of ``token``."""
+        still holds the claim of ``token``, made on the server answering now."""
         ...
 
     def release(self, key: str, token: str) -> None:
