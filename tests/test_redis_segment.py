@@ -48,8 +48,9 @@ def define(name: str, prefix: str, **kwargs: Any) -> None:
 
 
 def window(key: str) -> dict[str, int] | None:
-    raw = redisutil.admin().hgetall(key)
-    return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()} or None
+    """The hash's numbers (without ``w``, the writer that last moved it)."""
+    raw = {k.decode(): v for k, v in redisutil.admin().hgetall(key).items()}
+    return {k: int(v) for k, v in raw.items() if k != "w"} or None
 
 
 def cur(key: str) -> int | None:
