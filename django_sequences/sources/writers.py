@@ -41,6 +41,8 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..conf import app_settings
+
 log = logging.getLogger("django_sequences.failover")
 
 #: Length of the ``writer`` columns: room for every identity below.
@@ -60,16 +62,12 @@ local me = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)'
 
 
 def enabled() -> bool:
-    """``DJANGO_SEQUENCES["FAILOVER_GUARD"]`` (default True)."""
-    from ..conf import app_settings
-
+    """``DJANGO_SEQUENCES["FAILOVER_GUARD"]`` (default True); read on every Redis increment."""
     return bool(app_settings.FAILOVER_GUARD)
 
 
 def margin_seconds() -> float:
     """``DJANGO_SEQUENCES["FAILOVER_MARGIN_SECONDS"]``: the replication lag the margin covers."""
-    from ..conf import app_settings
-
     return float(app_settings.FAILOVER_MARGIN_SECONDS)
 
 
