@@ -179,7 +179,8 @@ def run(quick: bool) -> list[Row]:
         Row(
             "`redis` get_sequence(name).next()",
             ours_h,
-            "one plain INCRBY a call under the committed hwm; vs INCR: "
+            "one script a call under the committed hwm (the increment and the failover "
+            "guard's check of the master's identity); vs INCR: "
             + verdict(ours_h / raw, 0.9),
         )
     )

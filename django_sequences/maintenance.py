@@ -44,7 +44,9 @@ class WindowRefill:
     first: int
     last: int
     outcome: str
-    """``core.chunks.OUTCOMES``: created, appended, jumped or stale."""
+    """``core.chunks.OUTCOMES``: created, appended, jumped, stale, or replaced (the hash was
+    last written by another Redis master: a failover; the failover guard wrote this window
+    over it)."""
     room_before: int
 
 
