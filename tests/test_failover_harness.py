@@ -32,7 +32,7 @@ NEEDS = {
     "a-async": ["/usr/lib/postgresql"],
     "a-sync": ["/usr/lib/postgresql"],
     "b": ["mariadbd", "mariadb-install-db"],
-    "c": ["redis-server", "redis-sentinel"],
+    "c": ["redis-server"],  # Sentinels run as redis-server --sentinel
     "d": ["redis-server"],
     "e": ["/usr/lib/postgresql", "pgbouncer"],
 }
