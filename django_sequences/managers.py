@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import random
 import sqlite3
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
+from .core import retry
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_count, check_name, shown
 from .exceptions import (
@@ -714,7 +713,10 @@ class SegmentManager(models.Manager["Segment"]):
         if count is not None:
             check_count(count, BIGINT_MAX)
         alias = resolve_alias(using)
-        return _on_private(alias, key, lambda w: self._lease_on(w, key, count, sequence or key))
+        name = sequence or key
+        return _contended(
+            key, lambda: _on_private(alias, key, lambda w: self._lease_once(w, key, count, name))
+        )
 
     def increment(
         self,
@@ -744,9 +746,15 @@ class SegmentManager(models.Manager["Segment"]):
         alias = resolve_alias(using)
         name = sequence or key
         if not gapless:
-            return _on_private(alias, key, lambda w: self._increment_on(w, key, count, name, True))
+            return _contended(
+                key,
+                lambda: _on_private(
+                    alias, key, lambda w: self._increment_on(w, key, count, name, True)
+                ),
+            )
         try:
-            return self._increment_on(connections[alias], key, count, name)
+            # in the caller's transaction: a retry's back-off holds it (gapless waits anyway)
+            return _contended(key, lambda: self._increment_on(connections[alias], key, count, name))
         except DatabaseError as exc:
             raise BackendUnavailable(
                 f"Could not take a value of {key!r} from database {alias!r}: {exc}."
@@ -754,7 +762,9 @@ class SegmentManager(models.Manager["Segment"]):
 
     def _increment_on(
         self, w: BaseDatabaseWrapper, key: str, count: int, name: str, private: bool = False
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int] | None:
+        """One attempt: the range, or None when the optimistic lease it fell back to lost its
+        race (the caller retries after a back-off, with no lock held)."""
         sql = _lease_sql(self.model, w)
         if sql.increment:
             now = w.ops.adapt_datetimefield_value(timezone.now())
@@ -773,19 +783,15 @@ class SegmentManager(models.Manager["Segment"]):
                 last = _returning(w, sql.increment, params)
             if last is not None:
                 return last - count + 1, last
-        return self._lease_on(w, key, count, name, exact=True)
+        return self._lease_once(w, key, count, name, exact=True)
 
-    def _lease_on(
+    def _lease_once(
         self, w: BaseDatabaseWrapper, key: str, count: int | None, name: str, exact: bool = False
-    ) -> tuple[int, int]:
-        from .conf import app_settings
-
-        retries: int = app_settings.LEASE_RETRIES
-        backoff: float = app_settings.LEASE_BACKOFF
+    ) -> tuple[int, int] | None:
+        """One optimistic lease: read the row, then a versioned UPDATE; the range, or None when
+        another process moved the row in between (the caller retries: :func:`_contended`)."""
         sql = _lease_sql(self.model, w)
-        created = False
-        attempt = 0
-        while attempt < retries:
+        for created in (False, True):
             with w.cursor() as c:
                 c.execute(sql.select, [key])
                 row = c.fetchone()
@@ -793,7 +799,6 @@ class SegmentManager(models.Manager["Segment"]):
                     if created:
                         raise SequenceNotFound(name)
                     self._create_missing_row(w, key, name)
-                    created = True
                     continue
                 value, lo, hi, step, version, cycle, seq_name, writer, pace, current = row
                 moved: tuple[str, int, int] | None = None
@@ -818,10 +823,8 @@ class SegmentManager(models.Manager["Segment"]):
                         store = f"database {w.alias.split(':')[0]!r}"
                         writers.record_jump(store, key, moved[0], current, moved[1], moved[2])
                     return first, last
-            attempt += 1
-            if attempt < retries:
-                time.sleep(random.uniform(0, backoff * (2 ** min(attempt, 8))))
-        raise LeaseContention(key, retries)
+                return None
+        raise AssertionError("unreachable")
 
     def _create_missing_row(self, w: BaseDatabaseWrapper, key: str, name: str) -> None:
         """A row not made yet: a definition made by ``objects.create`` or the admin, or the
@@ -913,6 +916,18 @@ def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) 
             return _returning(w, sql, params)
         row = cur.fetchone()
     return None if row is None else int(row[0])
+
+
+def _contended(key: str, attempt: Callable[[], tuple[int, int] | None]) -> tuple[int, int]:
+    """Run one lease ``attempt`` until it wins its optimistic-lock race (``core/retry.py``:
+    the back-off sleeps with no connection lock held), else raise :class:`LeaseContention`."""
+    from .conf import app_settings
+
+    retries: int = app_settings.LEASE_RETRIES
+    found = retry.until_won(attempt, retries, app_settings.LEASE_BACKOFF)
+    if found is None:
+        raise LeaseContention(key, retries)
+    return found
 
 
 def _check_key(key: object) -> None:

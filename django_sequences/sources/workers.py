@@ -85,7 +85,6 @@ import itertools
 import logging
 import math
 import os
-import random
 import socket
 import threading
 import time
@@ -104,7 +103,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.sql.constants import ROW_COUNT
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
-from ..core import forking
+from ..core import forking, retry
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.ticks import Grant, Renewal
 from ..exceptions import WorkerLeaseLost
@@ -295,7 +294,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
                 )
             if found is not None or not contended:
                 return found
-            time.sleep(random.uniform(0, backoff * (2 ** min(attempt, 6))))
+            time.sleep(retry.delay(attempt + 1, backoff))  # nothing held (core/retry.py)
         raise WorkerLeaseLost(
             f"Could not acquire a worker id of {namespace!r}: other processes took every free "
             f"one first, {rounds} times in a row."
