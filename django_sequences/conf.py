@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from .core.base import SequenceSpec
-from .core.validation import check_bounds, check_name
+from .core.validation import BIGINT_MAX, check_bounds, check_name
 from .exceptions import ConfigurationError, InvalidDefinition, InvalidName
 
 SETTING = "DJANGO_SEQUENCES"
@@ -297,7 +297,7 @@ def sequence_defaults(opts: dict[str, Any], default_step: int | None = None) -> 
         "strategy": opts.get("strategy", "segment"),
         "step": opts.get("step", default_step if default_step is not None else 1000),
         "min_value": opts.get("min_value", 1),
-        "max_value": opts.get("max_value", 2**63 - 1),
+        "max_value": opts.get("max_value", BIGINT_MAX),
         "cycle": opts.get("cycle", False),
         "template": opts.get("template", ""),
         "options": opts.get("options", {}),

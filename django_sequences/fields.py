@@ -20,7 +20,7 @@ from django.core import checks
 from django.db import models
 from django.db.models.signals import class_prepared
 
-from .core.validation import MAX_NAME_LENGTH, check_name
+from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
 from .exceptions import InvalidName, SequenceError
 
 
@@ -169,7 +169,7 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
         text = self.template if self.template is not None else opts.get("template")
         if not text:
             return []
-        max_value = opts.get("max_value", 2**63 - 1)
+        max_value = opts.get("max_value", BIGINT_MAX)
         min_value = opts.get("min_value", 1)
         spec = SequenceSpec(name=self.sequence, template=str(text))
         try:

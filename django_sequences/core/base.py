@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .validation import BIGINT_MAX
+
 
 @dataclass(frozen=True)
 class SequenceSpec:
@@ -16,7 +18,7 @@ class SequenceSpec:
     strategy: str = "segment"
     step: int = 1000
     min_value: int = 1
-    max_value: int = 2**63 - 1
+    max_value: int = BIGINT_MAX
     cycle: bool = False
     template: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)

@@ -54,6 +54,7 @@ from . import forking
 from .base import IdGenerator, Status
 from .clock import SYSTEM_CLOCK, Clock
 from .lazy import Lazy
+from .validation import BIGINT_MAX
 
 #: Errors of the caller's making: raised as they are, never held against a partition.
 _CALLER_ERRORS = (InvalidCount, InvalidKey, InvalidName)
@@ -102,7 +103,7 @@ class FailoverGenerator:
         timeout_count: int = 3,
         timeout_window: float = 60.0,
         probe_interval: float = 1.0,
-        max_value: int = 2**63 - 1,
+        max_value: int = BIGINT_MAX,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         n = len(partitions)

@@ -122,6 +122,7 @@ from . import forking
 from .base import Status
 from .clock import SYSTEM_CLOCK, Clock
 from .prefetch import Prefetcher, default_prefetcher
+from .validation import BIGINT_MAX
 
 # Answers of ``CounterStore.incr``
 MISSING = 0
@@ -198,7 +199,7 @@ def largest_value(period: str, max_value: int) -> int:
     return last_stamp * 10 ** counter_width(max_value) + max_value
 
 
-def counter_digits(period: str, limit: int = 2**63 - 1) -> int:
+def counter_digits(period: str, limit: int = BIGINT_MAX) -> int:
     """The most digits a counter may have after this period's stamp for values <= ``limit``."""
     return max(d for d in range(19) if largest_value(period, 10**d - 1) <= limit)
 

@@ -62,7 +62,8 @@ BUILTIN_KINDS = ("seq", "date", "ctx", "random", "check", "custom")
 CHECK_ORDER = 100
 """Execution order of check parts; built-in parts have order 0."""
 MAX_VALUE = 2**63 - 1
-"""The largest sequence value (a signed 64-bit integer)."""
+"""The largest sequence value (a signed 64-bit integer): ``core.validation.BIGINT_MAX``, spelled
+here because formats import nothing of core."""
 MAX_TEXT_WIDTH = 64
 """Widest ``{ctx.NAME:N}`` and ``{random:N}``."""
 

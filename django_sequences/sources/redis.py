@@ -105,7 +105,7 @@ end
 #: A counter ``c`` is stored as ``c - OFFSET``: every counter an install can make (``c >= -1``,
 #: as ``min_value >= 0``) is stored as an integer <= 0, which ``HINCRBY`` keeps exact up to the
 #: largest ``max_value`` (a positive number is no counter of ours: the key counts as lost).
-OFFSET = 2**63 - 1
+OFFSET = BIGINT_MAX
 
 # The ``redis`` counter key is a hash {c: counter - OFFSET, or an installer's claim 'p<token>';
 # w: the writer that last moved it}. One key per counter, so every script touches one key (a
