@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from .core.base import IdGenerator, SequenceSpec, Status
+from .core.base import IdGenerator, SequenceSpec
 from .core.validation import check_name, check_using
 from .exceptions import SequenceError, SequenceNotFound
 
@@ -45,11 +45,11 @@ def get(name: str, using: str | None) -> IdGenerator:
         if gen is None:
             spec, strategy, gen = _build(name, using)
             _built[(using, name)] = (spec, strategy)
-            chain = _chain_for(name)
-            if chain is not None:
+            hooks = chain(name)
+            if hooks is not None:
                 from .core.plugins import PluggedGenerator
 
-                gen = PluggedGenerator(gen, chain, using=using)
+                gen = PluggedGenerator(gen, hooks, using=using)
             by_name[name] = gen
         return gen
 
@@ -92,15 +92,11 @@ def strategy(name: str, using: str | None) -> Strategy:
     return _built[(using, name)][1]
 
 
-def _chain_for(name: str) -> Chain | None:
+def chain(name: str) -> Chain | None:
+    """The plugins that run around issuing from ``name`` (None: none)."""
     from .plugins import chain_for
 
     return chain_for(name)
-
-
-def chain(name: str) -> Chain | None:
-    """The plugins that run around issuing from ``name`` (None: none)."""
-    return _chain_for(name)
 
 
 def refused(name: str, exc: SequenceError) -> None:
@@ -130,10 +126,6 @@ def reset() -> None:
         _built.clear()
         numbers.reset()
         plugins.reset()
-
-
-def status(name: str, using: str | None) -> Status:
-    return get(name, using).status()
 
 
 def loaded() -> list[tuple[str | None, str]]:

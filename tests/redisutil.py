@@ -17,11 +17,14 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 import redis
 from django.conf import settings
+
+from django_sequences.core.validation import BIGINT_MAX
 
 START = [
     "redis-server",
@@ -198,3 +201,20 @@ def run_with_children(
     finally:
         stop.set()
     return mine, workers.collect(out, procs)
+
+
+def _b(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def decode_counter(raw: Mapping[Any, Any] | bytes | str | None) -> int | None:
+    """The counter a ``redis`` key holds, given its ``HGETALL`` (a mapping); None when the key
+    is missing, lost (a positive number, or the previous release's format: a plain string) or
+    holds an installer's claim."""
+    if not isinstance(raw, Mapping):
+        return None
+    found = {_b(k): _b(v) for k, v in raw.items()}
+    text = found.get("c")
+    if text is None or text.startswith("p") or int(text) > 0:
+        return None
+    return int(text) + BIGINT_MAX  # the redis strategy stores counter - OFFSET (= BIGINT_MAX)

@@ -18,7 +18,6 @@ from django_sequences.formats.obfuscation import (
     BASE62,
     Permutation,
     ShortCode,
-    binary_permutation,
     decimal_permutation,
     decode_radix,
     encode_radix,
@@ -51,8 +50,8 @@ def test_decimal_permutation_is_a_bijection(digits: int) -> None:
 
 
 @pytest.mark.parametrize("bits", range(1, 13))
-def test_binary_permutation_is_a_bijection(bits: int) -> None:
-    permutation = binary_permutation(b"k", bits)
+def test_power_of_two_domains_are_bijections(bits: int) -> None:
+    permutation = Permutation(b"k", 2**bits)
     assert permutation.domain == 2**bits
     assert_bijection(permutation)
 
@@ -168,16 +167,16 @@ def test_decimal_permutation_rejects_bad_digit_counts(digits: int) -> None:
         decimal_permutation(b"k", digits)
 
 
-@pytest.mark.parametrize("bits", [0, 65])
-def test_binary_permutation_rejects_bad_bit_counts(bits: int) -> None:
-    with pytest.raises(TemplateError, match="bits"):
-        binary_permutation(b"k", bits)
+@pytest.mark.parametrize("domain", [0, 1])
+def test_permutation_rejects_a_domain_below_two(domain: int) -> None:
+    with pytest.raises(TemplateError, match="domain"):
+        Permutation(b"k", domain)
 
 
 def test_extreme_digit_and_bit_counts() -> None:
     assert decimal_permutation(b"k", 19).domain == 10**19
-    assert binary_permutation(b"k", 64).domain == 2**64
-    assert_bijection(binary_permutation(b"k", 1))
+    assert Permutation(b"k", 2**64).domain == 2**64
+    assert_bijection(Permutation(b"k", 2))
 
 
 # -- encode_radix / decode_radix ----------------------------------------------------------------

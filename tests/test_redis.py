@@ -25,7 +25,6 @@ from django_sequences.sources.redis import (
     OFFSET,
     RedisCounterStore,
     RedisStrategy,
-    decode_counter,
     read_row_value,
 )
 
@@ -50,7 +49,7 @@ def row_value(key: str) -> int:
 
 def counter(key: str) -> int | None:
     """The counter in Redis; None when it is missing, lost or holds an installer's claim."""
-    return decode_counter(redisutil.admin().hgetall(key))
+    return redisutil.decode_counter(redisutil.admin().hgetall(key))
 
 
 def build(name: str) -> HwmGenerator:

@@ -37,7 +37,6 @@ from django_sequences.sources.redis import (
     RedisCounterStore,
     RedisStrategy,
     RedisWindowStore,
-    decode_counter,
 )
 
 from . import redisutil
@@ -78,7 +77,7 @@ def me() -> str:
 
 
 def counter(key: str) -> int | None:
-    return decode_counter(redisutil.admin().hgetall(key))
+    return redisutil.decode_counter(redisutil.admin().hgetall(key))
 
 
 def field(key: str, name: str) -> str | None:

@@ -181,11 +181,6 @@ def decimal_permutation(key: bytes, digits: int) -> Permutation:
     return Permutation(key, 10 ** _check_int("digits", digits, 1, 19))
 
 
-def binary_permutation(key: bytes, bits: int) -> Permutation:
-    """A permutation of ``range(2**bits)`` (1 to 64 bits; an even count needs no walking)."""
-    return Permutation(key, 2 ** _check_int("bits", bits, 1, 64))
-
-
 # Alphabets int() and format() already speak: conversion in C instead of a Python loop.
 _BUILTIN_RADIX = {
     "0123456789": (10, "d"),

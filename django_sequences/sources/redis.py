@@ -292,19 +292,6 @@ return {redis.call('HGETALL', KEYS[1]), me}
 )
 
 
-def decode_counter(raw: Mapping[Any, Any] | bytes | str | None) -> int | None:
-    """The counter a ``redis`` key holds, given its ``HGETALL`` (a mapping); None when the key
-    is missing, lost (a positive number, or the previous release's format: a plain string) or
-    holds an installer's claim."""
-    if not isinstance(raw, Mapping):
-        return None
-    found = {_text(k): _text(v) for k, v in raw.items()}
-    text = found.get("c")
-    if text is None or text.startswith("p") or int(text) > 0:
-        return None
-    return int(text) + OFFSET
-
-
 def _text(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
