@@ -118,22 +118,38 @@ class InvalidKey(SequenceError, ValueError):
 
 
 class InvalidDefinition(SequenceError, ValueError):
-    """A sequence definition whose step, bounds or strategy cannot work."""
+    """A sequence definition whose step, bounds or strategy cannot work.
+
+    ``field``: what the error is about, for whoever shows it next to an input: a definition
+    field (``"step"``, ``"min_value"``, ``"max_value"``, ``"template"``, ``"options"``, …) or a
+    setting (``"OBFUSCATION_KEY"``); None when it is the definition as a whole."""
+
+    def __init__(self, message: str = "", *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 class TemplateError(InvalidDefinition):
     """A number template that cannot work: bad syntax, an unknown part, an impossible width, a
     check digit placed before its input. Raised when the template is compiled (at definition
     time), never while issuing. ``position`` is the 0-based index in the template text where
-    the problem starts, or None."""
+    the problem starts, or None. ``field`` is ``"template"``, or the setting that is missing
+    (``"OBFUSCATION_KEY"``)."""
 
-    def __init__(self, message: str, *, template: str = "", position: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        template: str = "",
+        position: int | None = None,
+        field: str = "template",
+    ) -> None:
         self.template = template
         self.position = position
         where = ""
         if template and position is not None:
             where = f"\n  {template}\n  {' ' * position}^"
-        super().__init__(message + where)
+        super().__init__(message + where, field=field)
 
 
 class InvalidNumber(SequenceError, ValueError):

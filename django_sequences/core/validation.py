@@ -79,9 +79,13 @@ def check_count(count: object, maximum: int) -> int:
 
 def _check_int(label: str, v: object) -> int:
     if not isinstance(v, int) or isinstance(v, bool):
-        raise InvalidDefinition(f"{label} must be an int, not {type(v).__name__}: {shown(v)}.")
+        raise InvalidDefinition(
+            f"{label} must be an int, not {type(v).__name__}: {shown(v)}.", field=label
+        )
     if not BIGINT_MIN < v <= BIGINT_MAX:
-        raise InvalidDefinition(f"{label}={shown(v)} does not fit a 64-bit signed integer.")
+        raise InvalidDefinition(
+            f"{label}={shown(v)} does not fit a 64-bit signed integer.", field=label
+        )
     return v
 
 
@@ -91,8 +95,9 @@ def check_bounds(step: object, min_value: object, max_value: object) -> None:
     lo = _check_int("min_value", min_value)
     hi = _check_int("max_value", max_value)
     if step_i <= 0:
-        raise InvalidDefinition(f"step must be at least 1; got {step_i}.")
+        raise InvalidDefinition(f"step must be at least 1; got {step_i}.", field="step")
     if lo >= hi:
         raise InvalidDefinition(
-            f"min_value must be below max_value; got min_value={lo}, max_value={hi}."
+            f"min_value must be below max_value; got min_value={lo}, max_value={hi}.",
+            field="min_value",
         )

@@ -1610,10 +1610,12 @@ def compile(
     if len(seqs) > 1:
         raise parser.error("More than one {seq}: a template shows the value once.", seqs[1].start)
     if seqs[0].needs_key and not key:
-        raise parser.error(
+        raise TemplateError(
             f"{seqs[0].spelled} needs an obfuscation key: set "
             f'DJANGO_SEQUENCES["OBFUSCATION_KEY"] in the settings.',
-            seqs[0].start,
+            template=parser.text,
+            position=seqs[0].start,
+            field="OBFUSCATION_KEY",
         )
     for position, part in enumerate(built):
         if isinstance(part, _Check):
