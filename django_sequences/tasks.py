@@ -3,7 +3,7 @@
 (docs/celery.md).
 
 Each task is a thin wrapper over a function that works without Celery
-(:mod:`django_sequences.maintenance`, :mod:`django_sequences.stats`,
+(:mod:`django_sequences.ops.maintenance`, :mod:`django_sequences.ops.stats`,
 ``WorkerLease.objects.reap``), returns JSON-serialisable results, and may run twice, or twice at
 once on two workers, with no harm: the functions' docstrings say why. So a beat that fires
 twice, a message redelivered after a worker died (``acks_late``), or two beats by mistake cost
@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from celery import shared_task  # type: ignore[import-untyped]
+from django.utils import timezone
 
 #: The tasks' registered names (stable: beat schedules and routes refer to them).
 PREWARM = "django_sequences.prewarm"
@@ -36,9 +37,9 @@ def prewarm(
     Safe twice: a per-sequence Redis claim lets one of two concurrent runs extend a window
     (and the room is checked again under it), windows come from committed leases and
     ``extend`` only moves forward; rows are made by an insert that ignores an existing key,
-    so no row is ever reset. See ``maintenance.prewarm_windows`` and ``prewarm_periods``.
+    so no row is ever reset. See ``ops.maintenance.prewarm_windows`` and ``prewarm_periods``.
     """
-    from . import maintenance
+    from .ops import maintenance  # it imports models; the Celery app imports tasks before setup()
 
     windows = maintenance.prewarm_windows(threshold=threshold, using=using)
     rows = maintenance.prewarm_periods(lead=timedelta(seconds=lead), using=using)
@@ -55,7 +56,7 @@ def heartbeat() -> list[dict[str, Any]]:
     every process of every worker (docs/celery.md). Safe twice: renewals of a lease are
     serialised by its generator and conditional on the owner and version; renewing twice
     extends twice."""
-    from . import maintenance
+    from .ops import maintenance  # it imports models; the Celery app imports tasks before setup()
 
     return [asdict(r) for r in maintenance.renew_worker_leases()]
 
@@ -66,7 +67,7 @@ def reap_worker_leases(using: str | None = None) -> list[dict[str, Any]]:
     ``last_timestamp``. Safe twice: each release is a conditional update on the version and
     expiry read, so of two concurrent runs one releases a row, and a renewed lease is left
     alone (``WorkerLease.objects.reap``)."""
-    from .models import WorkerLease
+    from .models import WorkerLease  # the Celery app imports tasks before django.setup()
 
     reaped = WorkerLease.objects.reap(using=using)
     return [{**asdict(r), "expires_at": r.expires_at.isoformat()} for r in reaped]
@@ -79,10 +80,8 @@ def snapshot_stats(keep_days: float = 7.0, using: str | None = None) -> dict[str
     hour, also delete statistics older than ``keep_days`` (0: keep them all).
 
     Safe twice: both write absolute values by upsert, a snapshot compares with the sums of
-    earlier minutes only, and flushes of one process are serialised (``stats`` module)."""
-    from django.utils import timezone
-
-    from . import stats
+    earlier minutes only, and flushes of one process are serialised (``ops.stats``)."""
+    from .ops import stats  # optional module; it imports models (tasks is imported before setup)
 
     now = timezone.now()
     leased = stats.snapshot_leased(now=now, using=using)

@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 import django_sequences
 from django_sequences.models import IssueStat, Segment, Sequence
-from django_sequences.stats import minute_of
+from django_sequences.ops.stats import minute_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

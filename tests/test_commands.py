@@ -386,8 +386,8 @@ def test_next_of_an_unknown_sequence_says_what_to_do() -> None:
 
 @pytest.fixture
 def no_stats(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As if django_sequences.stats did not exist."""
-    monkeypatch.setitem(sys.modules, "django_sequences.stats", None)
+    """As if django_sequences.ops.stats did not exist."""
+    monkeypatch.setitem(sys.modules, "django_sequences.ops.stats", None)
 
 
 def test_status_table_and_json(no_stats: None) -> None:
@@ -452,9 +452,9 @@ def test_status_rate_comes_from_stats(monkeypatch: pytest.MonkeyPatch) -> None:
         at = now or timezone.now()
         return [(at - timedelta(minutes=m), 10 * m) for m in range(minutes)]
 
-    stats = types.ModuleType("django_sequences.stats")
+    stats = types.ModuleType("django_sequences.ops.stats")
     stats.rate_series = rate_series  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "django_sequences.stats", stats)
+    monkeypatch.setitem(sys.modules, "django_sequences.ops.stats", stats)
     Sequence.objects.define("cmd.plain")
     (row,) = json.loads(run("sequences_status", "--json"))
     assert row["rate"] == (0 + 10 + 20 + 30 + 40) / 5

@@ -228,8 +228,8 @@ def test_rate_stats_flush_every_writes_this_process_counts_by_itself() -> None:
     import time
 
     from django_sequences.models import IssueStat
+    from django_sequences.ops.stats import process_source
     from django_sequences.plugins import RateStats, active
-    from django_sequences.stats import process_source
 
     Sequence.objects.define("flushed", step=100)
     entry = {"path": "django_sequences.plugins.RateStats", "options": {"flush_every": 0.1}}

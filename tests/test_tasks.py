@@ -31,16 +31,9 @@ from django.db.models import F
 from django.test import override_settings
 from django.utils import timezone
 
-from django_sequences import (
-    maintenance,
-    managers,
-    next_number,
-    next_value,
-    numbers,
-    stats,
-    tasks,
-)
+from django_sequences import managers, next_number, next_value, numbers, tasks
 from django_sequences.models import IssueStat, Segment, Sequence, WorkerLease
+from django_sequences.ops import maintenance, stats
 from django_sequences.sources import workers as leases
 from django_sequences.sources.redis import RedisWindowStore
 

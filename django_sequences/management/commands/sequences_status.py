@@ -1,6 +1,6 @@
 """``manage.py sequences_status [NAME …]``: the issue's *status*: a table of the sequences.
 
-A thin wrapper over :func:`django_sequences.operations.overview` (pure reads: it leases
+A thin wrapper over :func:`django_sequences.ops.overview.overview` (pure reads: it leases
 nothing and takes no worker id).
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from ...operations import RATE_MINUTES, ROWLESS_STRATEGIES, SequenceOverview, overview
+from ...ops.overview import RATE_MINUTES, ROWLESS_STRATEGIES, SequenceOverview, overview
 from ..base import SequenceCommand
 
 

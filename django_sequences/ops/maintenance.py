@@ -18,15 +18,23 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
+from django.utils import timezone
 
-from .exceptions import SequenceError
+from ..core.base import SequenceSpec
+from ..core.chunks import OUTCOMES
+from ..core.hwm import period_stamp
+from ..exceptions import SequenceError
+from ..managers import _on_private, _select
+from ..models import Segment, Sequence
+from ..numbers import check_template, compile_template
+from ..sources import workers
+from ..sources.connections import resolve_alias
+from ..sources.redis import RedisSegmentStrategy, RedisWindowStore
+from ..sources.redisconn import Script
+from ..strategies import Strategy, validate
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
-
-    from .core.base import SequenceSpec
-    from .sources.redis import RedisWindowStore
-    from .strategies import Strategy
 
 log = logging.getLogger("django_sequences.maintenance")
 
@@ -55,9 +63,6 @@ def _specs(
 ) -> list[tuple[SequenceSpec, Strategy]]:
     """The committed definitions matching ``where`` (and ``names``), validated; a definition
     that no longer validates (an option the code no longer knows …) is logged and left out."""
-    from .models import Sequence
-    from .strategies import validate
-
     qs = Sequence.objects.using(alias).filter(where).order_by("name")
     if names is not None:
         qs = qs.filter(name__in=list(names))
@@ -95,10 +100,6 @@ def prewarm_windows(
     ``extend`` only moves the window forward (``core/chunks.py``), so even two writes (a claim
     that expired under a stalled run) cost at most a window of gap, never a value twice.
     """
-    from .sources.connections import resolve_alias
-    from .sources.redis import RedisSegmentStrategy, RedisWindowStore
-    from .sources.redisconn import Script
-
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold is a fraction of the step, in (0, 1]; got {threshold!r}.")
     alias = resolve_alias(using)
@@ -121,9 +122,6 @@ def prewarm_windows(
 def _refill(
     store: RedisWindowStore, spec: SequenceSpec, alias: str, threshold: float, unclaim: Any
 ) -> WindowRefill | None:
-    from .core.chunks import OUTCOMES
-    from .models import Segment
-
     if _room(store) >= threshold * spec.step:
         return None
     # '#' is no character of a sequence name: no other sequence's hash can have this key
@@ -182,8 +180,6 @@ def _next_rows(spec: SequenceSpec, strategy: Strategy, now: float) -> tuple[floa
     """(when the next period starts, its counter-row keys) for a sequence whose counter
     restarts every period; (inf, []) for one whose counter never does."""
     if spec.strategy == "redis":
-        from .core.hwm import period_stamp
-
         period = spec.options.get("period")
         if not period:
             return math.inf, []
@@ -191,8 +187,6 @@ def _next_rows(spec: SequenceSpec, strategy: Strategy, now: float) -> tuple[floa
         return start, [f"{spec.name}:{period_stamp(period, start)}"]
     if not spec.template:
         return math.inf, []
-    from .numbers import check_template, compile_template
-
     template = compile_template(spec)
     reset = check_template(spec, strategy, template)
     if reset is None:
@@ -223,10 +217,6 @@ def prewarm_periods(
     key is ignored), so an existing row is never written, let alone reset, and of two
     concurrent inserts one wins. (Two concurrent runs may then both report the key.)
     """
-    from .managers import _on_private, _select
-    from .models import Segment
-    from .sources.connections import resolve_alias
-
     alias = resolve_alias(using)
     t = _epoch(now)
     wanted: dict[str, str] = {}  # row key -> sequence name
@@ -261,8 +251,6 @@ def prewarm_periods(
 
 def _epoch(now: datetime | float | None) -> float:
     if now is None:
-        from django.utils import timezone
-
         return timezone.now().timestamp()
     if isinstance(now, datetime):
         if now.tzinfo is None:
@@ -303,8 +291,6 @@ def renew_worker_leases() -> list[Renewed]:
     dropped exactly as the heartbeat would drop it (the generator acquires another id before
     it issues again).
     """
-    from .sources import workers
-
     hb = workers._default  # the process's heartbeat, if any generator ever held a lease
     if hb is None:
         return []

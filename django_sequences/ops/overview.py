@@ -1,0 +1,273 @@
+"""What operators look at: a read-only overview of the sequences.
+
+The ``sequences_status`` command prints it; the admin and the HTTP API can show the same.
+Everything here is a plain read on the caller's connection: nothing is leased, no generator is
+built, no worker id is taken. The stable public path of :func:`overview` and
+:func:`partition_health` is ``django_sequences.operations``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.db import connections
+from django.db.models import Count, F, Max, Q
+from django.utils import timezone
+
+from .. import registry
+from ..conf import app_settings
+from ..core.base import SequenceSpec
+from ..core.failover import FailoverGenerator
+from ..exceptions import SequenceError, SequenceNotFound
+from ..managers import _on_private, _select
+from ..models import Segment, Sequence, WorkerLease
+from ..sources import redisconn
+from ..sources.connections import resolve_alias
+from ..sources.workers import db_now
+from ..strategies import strategy_for
+from ..wrappers import label
+
+#: Strategies whose values do not come from their counter rows: their rows are never leased,
+#: so they have no current value nor values remaining before ``max_value``.
+ROWLESS_STRATEGIES = frozenset(
+    {"snowflake", "timestamp", "autoincrement", "failover", "memory_bits"}
+)
+
+#: The window the rate is averaged over, in minutes.
+RATE_MINUTES = 5
+
+
+@dataclass(frozen=True)
+class SequenceOverview:
+    """One sequence as an operator sees it."""
+
+    name: str
+    strategy: str
+    template: str
+    min_value: int
+    max_value: int
+    cycle: bool
+    #: counter rows (the sequence's own, shards, periods)
+    rows: int
+    #: the largest committed value of its rows; None before the first lease, and for
+    #: strategies that do not count in rows (:data:`ROWLESS_STRATEGIES`)
+    current: int | None
+    #: values left before ``max_value`` on its fullest row; None when it cycles or does not
+    #: count in rows
+    remaining: int | None
+    #: values issued per minute over the last :data:`RATE_MINUTES` minutes (from
+    #: ``django_sequences.ops.stats``); None when the statistics are not available
+    rate: float | None
+    #: live worker-id leases of its namespace (snowflake, timestamp: database worker store)
+    leases: int
+    #: hosts holding them, sorted
+    hosts: tuple[str, ...] = field(default=())
+    #: the inner stores of a wrapper (failover partitions, memory_bits' inner), probed now, as
+    #: one line (``#0 default up 1200; #1 other DOWN``); None for other strategies
+    partitions: str | None = None
+    #: the same, one dict a partition (:func:`partition_health`)
+    partition_details: tuple[dict[str, Any], ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``hosts`` as a list)."""
+        d = asdict(self)
+        d["hosts"] = list(self.hosts)
+        d["partition_details"] = list(self.partition_details)
+        return d
+
+
+def overview(
+    names: Iterable[str] | None = None, using: str | None = None
+) -> list[SequenceOverview]:
+    """Every sequence (or those of ``names``, in that order) of database ``using``, by name.
+
+    Raises :class:`~django_sequences.exceptions.SequenceNotFound` for the first of ``names``
+    that has no definition (:func:`missing_hint` says what to do about it).
+    """
+    alias = resolve_alias(using)
+    qs = Sequence.objects.using(alias).order_by("name")
+    wanted = None if names is None else list(names)
+    if wanted is not None:
+        qs = qs.filter(name__in=wanted)
+    defs = {s.name: s for s in qs}
+    if wanted is not None:
+        for name in wanted:
+            if name not in defs:
+                raise SequenceNotFound(name, using=using)
+        order = list(dict.fromkeys(wanted))
+    else:
+        order = list(defs)
+    if not order:
+        return []
+    ids = [defs[n].pk for n in order]
+    counters = {
+        sid: (n, top)
+        for sid, n, top in Segment.objects.using(alias)
+        .filter(sequence_id__in=ids)
+        .values("sequence_id")
+        .annotate(n=Count("pk"), top=Max("value", filter=Q(value__gte=F("min_value"))))
+        .values_list("sequence_id", "n", "top")
+        .order_by()
+    }
+    now = db_now(connections[alias])  # expiry is judged by the database's clock
+    holders: dict[str, list[str]] = {}
+    for namespace, host in (
+        WorkerLease.objects.using(alias)
+        # held leases only: a row fenced by the failover guard has no owner (sources/workers.py)
+        .filter(namespace__in=order, expires_at__gt=now)
+        .exclude(owner_uuid="")
+        .values_list("namespace", "owner_host")
+    ):
+        holders.setdefault(namespace, []).append(host)
+    rate_of = _rate_function(alias)
+    out = []
+    for name in order:
+        d = defs[name]
+        rows, top = counters.get(d.pk, (0, None))
+        current = None if d.strategy in ROWLESS_STRATEGIES else top
+        remaining: int | None = None
+        if d.strategy not in ROWLESS_STRATEGIES and not d.cycle:
+            last = d.min_value - 1 if current is None else current
+            remaining = max(d.max_value - last, 0)
+        hosts = holders.get(name, [])
+        health = partition_health(d.spec(), alias) if d.strategy in WRAPPERS else []
+        out.append(
+            SequenceOverview(
+                name=name,
+                strategy=d.strategy,
+                template=d.template,
+                min_value=d.min_value,
+                max_value=d.max_value,
+                cycle=d.cycle,
+                rows=rows,
+                current=current,
+                remaining=remaining,
+                rate=None if rate_of is None else rate_of(name),
+                leases=len(hosts),
+                hosts=tuple(sorted(set(hosts))),
+                partitions=_health_line(health) if health else None,
+                partition_details=tuple(health),
+            )
+        )
+    return out
+
+
+#: Strategies whose values come from inner definitions on stores of their own.
+WRAPPERS = frozenset({"failover", "memory_bits"})
+
+
+def partition_health(spec: SequenceSpec, alias: str) -> list[dict[str, Any]]:
+    """The inner stores of wrapper ``spec`` (failover partitions; memory_bits' inner), each
+    probed now: its inner definition's counter row read on its own database alias (and, for a
+    Redis partition, a PING of its Redis). Plus, when this process has built the sequence,
+    what its generator knows (``state``: up / down / exhausted, ``failures``, ``timeouts``).
+
+    One dict a partition: ``index``, ``name`` (the inner definition), ``alias``, ``store``,
+    ``strategy``, ``reachable``, ``error``, ``current`` (the row's last leased value: None
+    before its first lease), ``remaining`` (before its max_value), and ``state`` etc. when known.
+    """
+    try:
+        inners = strategy_for(spec).inners(spec, alias)  # type: ignore[attr-defined]
+    except SequenceError as exc:
+        return [{"index": None, "reachable": False, "error": str(exc)}]
+    known: list[dict[str, Any]] = []
+    loaded = set(registry.loaded())
+    using = next((u for u in (None, alias) if (u, spec.name) in loaded), alias)
+    if (using, spec.name) in loaded:  # this process issues from it: what it has seen
+        gen = registry.get(spec.name, using)
+        gen = getattr(gen, "inner", gen)  # (under the plugin chain)
+        if isinstance(gen, FailoverGenerator):
+            known = gen.partitions()
+    out = []
+    for i, (inner, where, _strategy) in enumerate(inners):
+        d: dict[str, Any] = {
+            "index": i,
+            "name": inner.name,
+            "alias": where,
+            "store": label(inner, where),
+            "strategy": inner.strategy,
+            "reachable": True,
+            "error": None,
+            "current": None,
+            "remaining": None,
+        }
+        try:
+            _probe(inner, where, d)
+        except Exception as exc:  # any failure of a store is what this reports
+            d["reachable"] = False
+            d["error"] = f"{type(exc).__name__}: {exc}"
+        if i < len(known):
+            for key in ("state", "failures", "timeouts", "outages", "issued", "retry_in"):
+                d[key] = known[i][key]
+            if known[i]["last_error"] and not d["error"]:
+                d["error"] = known[i]["last_error"]
+        out.append(d)
+    return out
+
+
+def _probe(inner: SequenceSpec, alias: str, d: dict[str, Any]) -> None:
+    found = _on_private(
+        alias,
+        inner.name,
+        lambda w: _select(
+            w, Segment.objects.filter(key=inner.name).values_list("value", "min_value", "max_value")
+        ),
+    )
+    if found:
+        value, lo, hi = found[0]
+        d["current"] = value if value >= lo else None
+        d["remaining"] = None if inner.cycle else max(hi - max(value, lo - 1), 0)
+    if inner.strategy in ("redis", "redis_segment"):
+        redisconn.client(redisconn.resolve_alias(inner.options.get("redis_alias"))).ping()
+
+
+def _health_line(health: list[dict[str, Any]]) -> str:
+    parts = []
+    for d in health:
+        state = d.get("state") or ("up" if d["reachable"] else "DOWN")
+        if not d["reachable"] and state == "up":
+            state = "DOWN"  # this process has not seen it fail yet; the probe has
+        shown = "" if d.get("current") is None else f" {d['current']}"
+        parts.append(f"#{d['index']} {d.get('store', '?')} {state}{shown}")
+    return "; ".join(parts)
+
+
+def _rate_function(alias: str) -> Callable[[str], float] | None:
+    """``name -> values per minute`` over the last :data:`RATE_MINUTES` minutes, or None when
+    ``django_sequences.ops.stats`` is not there."""
+    try:
+        # looked up at each call: ops.stats is optional (a stripped install may lack it)
+        from .stats import rate_series
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__}.stats":
+            raise  # stats is there but something it imports is not: say so
+        return None
+    now = timezone.now()
+
+    def rate(name: str) -> float:
+        series = rate_series(name, RATE_MINUTES, now, using=alias)
+        return sum(count for _minute, count in series) / RATE_MINUTES
+
+    return rate
+
+
+def missing_hint(name: str, using: str | None = None) -> str:
+    """What to do about a sequence ``name`` that has no definition: provision it if it is
+    declared, else the nearest known names."""
+    declared: dict[str, Any] = app_settings.SEQUENCES
+    if name in declared:
+        return (
+            f"It is declared in DJANGO_SEQUENCES['SEQUENCES']: run "
+            f"`manage.py sequences_provision {name}` to create it."
+        )
+    known = list(Sequence.objects.using(resolve_alias(using)).values_list("name", flat=True))
+    close = difflib.get_close_matches(name, sorted({*known, *declared}), n=3)
+    if close:
+        return f"Did you mean {' or '.join(repr(c) for c in close)}?"
+    if known:
+        shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
+        return f"Known sequences: {shown}."
+    return "There are no sequences yet: define one, or declare it and run sequences_provision."
