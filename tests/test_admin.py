@@ -15,7 +15,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from django_sequences.admin import chart_svg, parse_context, upcoming
+from django_sequences.admin.charts import chart_svg
+from django_sequences.admin.preview import parse_context, upcoming
 from django_sequences.core.base import SequenceSpec
 from django_sequences.models import (
     ApiToken,

@@ -1,0 +1,10 @@
+"""The admin: sequences with a live preview of their next numbers, a status page with a chart,
+their counter rows, worker leases, issued numbers and API tokens. Docs: docs/admin.md.
+
+Importing this package registers every ModelAdmin (Django's autodiscover imports
+``django_sequences.admin``): :mod:`.sites` holds them, :mod:`.forms` their forms,
+:mod:`.preview` the change form's preview, :mod:`.charts` the figures and the status chart,
+:mod:`.leases` how worker leases read, :mod:`.rules` the "set value" rule of counter rows.
+"""
+
+from . import sites as sites  # registers the ModelAdmins

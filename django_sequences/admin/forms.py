@@ -1,0 +1,200 @@
+"""The admin's forms (a definition, a counter row's new value, an API token) and the wording of
+the package's messages for admin users (:func:`for_people`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.db.models import Max
+from django.utils.translation import gettext_lazy as _
+
+from ..core.base import SequenceSpec
+from ..core.validation import check_bounds, check_name
+from ..exceptions import InvalidDefinition, InvalidName, TemplateError
+from ..models import ApiToken, Segment, Sequence
+from ..strategies import names as strategy_names
+from .preview import DEFINING_FIELDS, EDITABLE_FIELDS, EXACT_ROWS, MARK_ROWS, counter_keys
+
+# --- messages for admin users -----------------------------------------------------------------
+
+#: Python spellings in the package's messages -> what the admin's form calls them.
+_FIELD_WORDS = (
+    (re.compile(r"\bset cycle=True\b"), "tick “Cycle”"),
+    (re.compile(r"\bset cycle=False\b"), "untick “Cycle”"),
+    (re.compile(r"\bcycle=(True|False)\b"), "“Cycle”"),
+    (re.compile(r"\boptions\[(['\"])(\w+)\1\]"), r"the option “\2” (in Options)"),
+    (re.compile(r"\b(min|max)_value=(-?\d+)"), r"\1 value \2"),
+    (re.compile(r"\b(min|max)_value\b"), r"\1 value"),
+    (re.compile(r"\bstep=(-?\d+)"), r"step \1"),
+)
+_NEEDS_CONTEXT = re.compile(
+    r"(Template .*?): the (?:number needs the context value|context has no value) "
+    r"'([\w.]+)'(?:, and no context was given)?\."
+)
+
+
+def for_people(message: str) -> str:
+    """A message of the package rewritten for an admin user: the form's field names instead of
+    Python keyword arguments, and what to type instead of what to pass."""
+    found = _NEEDS_CONTEXT.search(message)
+    if found:
+        return str(
+            _(
+                "%(where)s needs the context value “%(name)s”, which the code passes when it "
+                "issues a number. To preview, add a line %(name)s=… under “Preview context”."
+            )
+            % {"where": found.group(1), "name": found.group(2)}
+        )
+    if "exist_ok=True" in message:
+        return re.sub(r";\s*pass exist_ok=True.*", "; pick another name.", message)
+    for pattern, words in _FIELD_WORDS:
+        message = pattern.sub(words, message)
+    return message[:1].upper() + message[1:]
+
+
+def _for_people_errors(errors: ValidationError) -> ValidationError:
+    if hasattr(errors, "error_dict"):
+        return ValidationError(
+            {f: [for_people(m) for m in msgs] for f, msgs in errors.message_dict.items()}
+        )
+    return ValidationError([for_people(m) for m in errors.messages])
+
+
+class SequenceForm(forms.ModelForm):
+    """The definition, checked as ``Sequence.objects.define`` checks it; a template error
+    (with its caret) and bounds errors are shown next to their field, the rest by
+    ``Sequence.clean()`` above the form."""
+
+    strategy = forms.ChoiceField(
+        label=_("strategy"),
+        choices=[(n, n) for n in strategy_names()],
+        initial="segment",
+        help_text=_("How values are made (docs/strategies.md); fixed once created."),
+    )
+    preview_context = forms.CharField(
+        label=_("Preview context"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 40, "placeholder": "area=010\nunit=6541"}),
+        help_text=_(
+            "key=value lines for the template's {ctx.NAME} parts. Used only by the preview; "
+            "never saved."
+        ),
+    )
+
+    class Meta:
+        model = Sequence
+        fields = (
+            "name",
+            "strategy",
+            "options",
+            "step",
+            "min_value",
+            "max_value",
+            "cycle",
+            "template",
+            "reset",
+        )
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        # Sequence.clean() speaks to Python callers; the form speaks to admin users
+        super()._update_errors(_for_people_errors(errors))  # type: ignore[misc]
+
+    def add_error(self, field: str | None, error: Any) -> None:
+        if isinstance(error, str):
+            error = for_people(error)
+        super().add_error(field, error)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        inst = self.instance
+
+        def value(name: str) -> Any:
+            return data.get(name) if name in self.fields else getattr(inst, name)
+
+        if any(
+            name in self.fields and name not in data for name in EDITABLE_FIELDS + DEFINING_FIELDS
+        ):
+            return data  # a field failed its own validation; that error says enough
+        options = value("options")
+        if options is not None and not isinstance(options, dict):
+            self.add_error("options", _('Options are a JSON object, e.g. {"shards": 4}.'))
+            return data
+        step, lo, hi = value("step"), value("min_value"), value("max_value")
+        try:
+            check_bounds(step, lo, hi)
+        except InvalidDefinition as exc:
+            message = str(exc)
+            target = message.split(" ", 1)[0].split("=", 1)[0]
+            self.add_error(target if target in self.fields else None, message)
+            return data
+        spec = SequenceSpec(
+            name=value("name") or "new",
+            strategy=value("strategy"),
+            step=step,
+            min_value=lo,
+            max_value=hi,
+            cycle=bool(value("cycle")),
+            template=value("template") or "",
+            options=dict(options or {}),
+            reset=value("reset") or "",
+        )
+        try:
+            check_name(spec.name)
+            keys, _stamp = counter_keys(spec)
+        except TemplateError as exc:
+            self.add_error("template" if "template" in self.fields else None, str(exc))
+            return data
+        except (InvalidDefinition, InvalidName):
+            return data  # Sequence.clean() (run next, by the ModelForm) reports it
+        if inst.pk and spec.strategy in EXACT_ROWS | MARK_ROWS:
+            rows = Segment.objects.using(inst._state.db).filter(sequence=inst)
+            if spec.strategy in EXACT_ROWS:
+                rows = rows.filter(key__in=keys)
+            current = rows.aggregate(v=Max("value"))["v"]
+            if current is not None and hi < current:
+                self.add_error(
+                    "max_value",
+                    _(
+                        "Counter rows have leased values up to %(current)s already; a max value "
+                        "of %(hi)s would leave nothing to issue. Keep it at %(current)s or more."
+                    )
+                    % {"current": current, "hi": hi},
+                )
+        return data
+
+
+class SetValueForm(forms.Form):
+    value = forms.IntegerField(label=_("new value"))
+    version = forms.IntegerField(widget=forms.HiddenInput)
+
+
+class ApiTokenForm(forms.ModelForm):
+    sequences = forms.CharField(
+        label=_("sequences"),
+        help_text=_("Names of the sequences it may issue from, separated by commas; * for all."),
+    )
+
+    class Meta:
+        model = ApiToken
+        fields = ("name", "sequences", "is_active")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and "sequences" in self.fields:
+            self.initial["sequences"] = ", ".join(self.instance.sequences or [])
+
+    def clean_sequences(self) -> list[str]:
+        text: str = self.cleaned_data["sequences"]
+        found = [n for n in (p.strip() for p in text.replace("\n", ",").split(",")) if n]
+        if not found:
+            raise forms.ValidationError(_("Name at least one sequence, or * for all."))
+        for n in found:
+            if n != "*":
+                try:
+                    check_name(n)
+                except ValueError as exc:
+                    raise forms.ValidationError(str(exc)) from exc
+        return list(dict.fromkeys(found))

@@ -1,0 +1,564 @@
+"""The ModelAdmins and their registration: sequences (with the live preview, the status page and
+the "Reset series" action), their counter rows (with "set value"), worker leases, series marks,
+counter writers, issued numbers, statistics and API tokens.
+
+Extra views hang off each ``ModelAdmin.get_urls()`` (as django-simple-history does):
+
+* ``sequence/preview/`` - JSON: the next values (and numbers) of a definition as typed in the
+  change form (:mod:`.preview`).
+* ``sequence/<id>/status/`` - the figures, the counter rows, the worker leases and an SVG chart
+  of values issued per minute (:mod:`.charts`, :mod:`.leases`).
+* ``segment/<id>/set-value/`` - superusers only: raise a row's ``value`` (a gap) after a
+  confirmation page (:mod:`.rules`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from datetime import datetime
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db import router
+from django.db.models import Count, DateTimeField, Max, QuerySet, Value
+from django.db.models.functions import Cast
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from ..core.base import SequenceSpec
+from ..exceptions import SequenceError
+from ..models import (
+    ApiToken,
+    CounterWriter,
+    IssuedNumber,
+    IssueStat,
+    Segment,
+    Sequence,
+    SeriesMark,
+    WorkerLease,
+)
+from ..ops.overview import WRAPPERS, partition_health
+from .charts import Fill, chart_hours, fill, fill_bar, rate_per_minute, status_figures
+from .forms import ApiTokenForm, SequenceForm, SetValueForm, for_people
+from .leases import database_now, duration_text, lease_expired, lease_holder, lease_info
+from .preview import (
+    DEFINING_FIELDS,
+    EXACT_ROWS,
+    MARK_ROWS,
+    PREVIEW_COUNT,
+    parse_context,
+    preview,
+    preview_html,
+    spec_from_query,
+)
+from .rules import check_new_value, raise_value
+
+# --- sequences --------------------------------------------------------------------------------
+
+
+class SegmentInline(admin.TabularInline):
+    model = Segment
+    fields = ("key", "value", "min_value", "max_value", "step", "version", "updated_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Sequence)
+class SequenceAdmin(admin.ModelAdmin):
+    form = SequenceForm
+    list_display = (
+        "name",
+        "strategy",
+        "template",
+        "current_value",
+        "remaining",
+        "rate",
+        "status_link",
+    )
+    list_filter = ("strategy", "cycle")
+    search_fields = ("name",)
+    inlines = [SegmentInline]
+    actions = ["reset_series"]
+    fieldsets = (
+        (None, {"fields": ("name", "strategy", "options")}),
+        (_("Counting"), {"fields": ("step", "min_value", "max_value", "cycle")}),
+        (_("Numbers"), {"fields": ("template", "reset", "preview_context", "next_numbers")}),
+        (_("Times"), {"fields": ("created_at", "updated_at")}),
+    )
+
+    class Media:
+        js = ("django_sequences/preview.js",)
+        css = {"all": ("django_sequences/admin.css",)}
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Sequence | None = None) -> list[str]:
+        fixed = ["next_numbers", "created_at", "updated_at"]
+        # renaming orphans the rows; another strategy or options (shards, a Redis key) could
+        # issue values again
+        return [*DEFINING_FIELDS, *fixed] if obj is not None and obj.pk else fixed
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Sequence]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_current=Max("segments__value"), _rows=Count("segments"))
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        view = self.admin_site.admin_view
+        return [
+            path("preview/", view(self.preview_view), name=f"{prefix}_preview"),
+            path("<path:object_id>/status/", view(self.status_view), name=f"{prefix}_status"),
+            *super().get_urls(),
+        ]
+
+    # going back: the one explicit reset (invariant I7)
+
+    def has_reset_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)
+
+    @admin.action(description=_("Reset series (issue values again)"), permissions=["reset"])
+    def reset_series(
+        self, request: HttpRequest, queryset: QuerySet[Sequence]
+    ) -> TemplateResponse | None:
+        """After a confirmation page that states the consequence: put the selected sequences'
+        counter rows back to min value - 1 (``Sequence.objects.reset_series``, logged)."""
+        chosen = list(queryset)
+        if request.POST.get("confirm") == "yes":
+            for seq in chosen:
+                using = seq._state.db or "default"
+                done = Sequence.objects.reset_series(seq.name, using=using)
+                if done:
+                    self.log_change(
+                        request, seq, "Reset series: " + ", ".join(str(r) for r in done)
+                    )
+            self.message_user(
+                request,
+                _("Reset %(names)s: values and numbers already issued will be issued again.")
+                % {"names": ", ".join(seq.name for seq in chosen)},
+                messages.WARNING,
+            )
+            return None
+        plans = [
+            (seq, Sequence.objects.reset_series(seq.name, using=seq._state.db, dry_run=True))
+            for seq in chosen
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("Reset series: are you sure?"),
+            "plans": plans,
+            "selected": [str(seq.pk) for seq in chosen],
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(
+            request, "admin/django_sequences/sequence/reset_confirmation.html", context
+        )
+
+    # list columns
+
+    def _fill(self, obj: Sequence) -> Fill | None:
+        if obj.strategy not in EXACT_ROWS | MARK_ROWS:
+            return None
+        if hasattr(obj, "_current"):  # annotated by get_queryset
+            current = obj._current
+        else:
+            current = obj.segments.aggregate(v=Max("value"))["v"]
+        return fill(current, obj.min_value, obj.max_value)
+
+    @admin.display(description=_("current value"), ordering="_current")
+    def current_value(self, obj: Sequence) -> str:
+        f = self._fill(obj)
+        return "—" if f is None else f"{f.current:,}"
+
+    @admin.display(description=_("remaining until max"))
+    def remaining(self, obj: Sequence) -> SafeString:
+        return fill_bar(self._fill(obj), cycle=obj.cycle)
+
+    @admin.display(description=_("rate"))
+    def rate(self, obj: Sequence) -> str:
+        return f"{rate_per_minute(obj.name, using=obj._state.db):,.1f}/min"
+
+    @admin.display(description=_("status"))
+    def status_link(self, obj: Sequence) -> SafeString:
+        url = reverse(f"{self.admin_site.name}:django_sequences_sequence_status", args=[obj.pk])
+        return format_html('<a href="{}">{}</a>', url, _("Status"))
+
+    # the change form's preview
+
+    @admin.display(description=_("Next numbers"))
+    def next_numbers(self, obj: Sequence) -> SafeString:
+        url = reverse(f"{self.admin_site.name}:django_sequences_sequence_preview")
+        body: SafeString
+        try:
+            found = preview(obj.spec(), using=obj._state.db or router.db_for_read(Segment))
+        except (SequenceError, ValueError) as exc:
+            body = format_html(
+                '<p class="dsq-preview-error errornote">{}</p>', for_people(str(exc))
+            )
+        else:
+            body = preview_html(found)
+        return format_html(
+            '<div id="dsq-preview" data-url="{}" data-object-id="{}" aria-live="polite">{}</div>',
+            url,
+            obj.pk or "",
+            body,
+        )
+
+    def preview_view(self, request: HttpRequest) -> JsonResponse:
+        """The next values and numbers of the definition the query describes, as JSON:
+        ``{"ok": true, "values": [...], "numbers": [...], "rows": [...], "note": "..."}`` or
+        ``{"ok": false, "error": "..."}``. ``object_id`` names the sequence being edited; the
+        form's editable fields override its definition."""
+        oid = request.GET.get("object_id")
+        if oid:
+            obj = self.get_object(request, unquote(oid))
+            if obj is None:
+                raise Http404
+            if not self.has_view_or_change_permission(request, obj):
+                raise PermissionDenied
+            base, using = obj.spec(), obj._state.db or "default"
+        else:
+            if not (self.has_add_permission(request) or self.has_view_permission(request)):
+                raise PermissionDenied
+            base, using = SequenceSpec(name="new"), router.db_for_read(Segment)
+        try:
+            count = min(max(int(request.GET.get("count", PREVIEW_COUNT)), 1), 20)
+            spec = spec_from_query(request.GET, base, adding=not oid)
+            context = parse_context(request.GET.get("context", ""))
+            found = preview(spec, using=using, count=count, context=context)
+        except (SequenceError, ValueError) as exc:
+            return JsonResponse({"ok": False, "error": for_people(str(exc))})
+        return JsonResponse({"ok": True, **found.as_json()})
+
+    # the status page
+
+    def status_view(self, request: HttpRequest, object_id: str) -> TemplateResponse:
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404
+        if not self.has_view_or_change_permission(request, obj):
+            raise PermissionDenied
+        hours = chart_hours(request.GET)
+        using = obj._state.db or "default"
+        rows = list(Segment.objects.using(using).filter(sequence=obj).order_by("key"))
+        worker_leases = list(WorkerLease.objects.using(using).filter(namespace=obj.name))
+        db_time = database_now(using)
+        has_rows = obj.strategy in EXACT_ROWS | MARK_ROWS
+        current = max((r.value for r in rows), default=None) if has_rows else None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": obj,
+            "title": _("Status of %(name)s") % {"name": obj.name},
+            "sequence": obj,
+            **status_figures(obj, current, hours=hours, using=using),
+            "rows": [
+                {
+                    "row": r,
+                    "url": reverse(
+                        f"{self.admin_site.name}:django_sequences_segment_change", args=[r.pk]
+                    ),
+                    "fill": fill(r.value, r.min_value, r.max_value),
+                }
+                for r in rows
+            ],
+            "leases": [lease_info(lease, db_time) for lease in worker_leases],
+            "partitions": (
+                partition_health(obj.spec(), using) if obj.strategy in WRAPPERS else None
+            ),
+        }
+        return TemplateResponse(request, "admin/django_sequences/sequence/status.html", context)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the app writes and people only look at: no add, no change (the list and the
+    detail page stay)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Segment)
+class SegmentAdmin(admin.ModelAdmin):
+    list_display = ("key", "sequence", "value", "max_value", "step", "version", "updated_at")
+    search_fields = ("key", "sequence__name")
+    list_select_related = ("sequence",)
+    # ``value`` moves by leasing, or up (never down) by a superuser's confirmed "set value"
+    # ``writer`` and the pace are the failover guard's (docs/scaling.md): leases write them
+    readonly_fields = (
+        "sequence",
+        "key",
+        "value",
+        "version",
+        "writer",
+        "pace",
+        "created_at",
+        "updated_at",
+    )
+    exclude = ("pace_second", "pace_count")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # rows are made by define() and on first lease
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "<path:object_id>/set-value/",
+                self.admin_site.admin_view(self.set_value_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_set_value",
+            ),
+            *super().get_urls(),
+        ]
+
+    def set_value_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Raise a row's value: a form, a confirmation page, then the optimistic-lock write."""
+        if not request.user.is_superuser:
+            raise PermissionDenied
+        row = self.get_object(request, unquote(object_id))
+        if row is None:
+            raise Http404
+        change_url = reverse(
+            f"{self.admin_site.name}:django_sequences_segment_change", args=[row.pk]
+        )
+        step = "form"
+        error: str | None = None
+        form = SetValueForm(initial={"value": row.value, "version": row.version})
+        if request.method == "POST":
+            form = SetValueForm(request.POST)
+            if form.is_valid():
+                new, version = form.cleaned_data["value"], form.cleaned_data["version"]
+                error = check_new_value(row, new, version)
+                if error is None and request.POST.get("confirm") == "yes":
+                    old = row.value
+                    error = raise_value(row, new, version)
+                    if error is None:
+                        self.log_change(
+                            request, row, f"Set value from {old} to {new} (a gap of {new - old})."
+                        )
+                        self.message_user(
+                            request,
+                            _("%(key)s raised from %(old)s to %(new)s.")
+                            % {"key": row.key, "old": old, "new": new},
+                            messages.SUCCESS,
+                        )
+                        return HttpResponseRedirect(change_url)
+                if error is None:
+                    step = "confirm"
+                else:
+                    form = SetValueForm(initial={"value": new, "version": row.version})
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": row,
+            "title": _("Set the value of %(key)s") % {"key": row.key},
+            "row": row,
+            "form": form,
+            "step": step,
+            "error": error,
+            "change_url": change_url,
+            "new_value": form.cleaned_data["value"] if step == "confirm" else None,
+            "gap": (form.cleaned_data["value"] - row.value) if step == "confirm" else None,
+        }
+        return TemplateResponse(request, "admin/django_sequences/segment/set_value.html", context)
+
+
+@admin.register(SeriesMark)
+class SeriesMarkAdmin(ReadOnlyAdmin):
+    """The last values of deleted counter rows: read-only and never deleted here (that would
+    let a re-definition issue the old values again); only "Reset series" forgets them."""
+
+    list_display = ("key", "sequence", "value", "deleted_at")
+    search_fields = ("key", "sequence")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(CounterWriter)
+class CounterWriterAdmin(ReadOnlyAdmin):
+    """The failover guard's records of counters that cannot hold them (autoincrement tables):
+    which database server issued from them last, and their pace. Read-only."""
+
+    list_display = ("key", "writer", "pace", "updated_at")
+    search_fields = ("key", "writer")
+
+
+@admin.register(WorkerLease)
+class WorkerLeaseAdmin(ReadOnlyAdmin):
+    """Worker-id leases: read-only, with an action releasing expired ones."""
+
+    list_display = (
+        "namespace",
+        "worker_id",
+        "holder",
+        "age",
+        "expires_at",
+        "expired",
+        "last_timestamp",
+        "version",
+    )
+    list_filter = ("namespace",)
+    search_fields = ("namespace", "owner_host", "owner_uuid")
+    actions = ["release_expired_leases"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerLease]:
+        using = router.db_for_read(WorkerLease)
+        return (
+            super()
+            .get_queryset(request)
+            # the database's clock, read once; cast so every backend returns a datetime
+            .annotate(_db_now=Cast(Value(database_now(using)), DateTimeField()))
+        )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the row keeps last_timestamp, which the next owner must start after
+
+    def has_release_permission(self, request: HttpRequest) -> bool:
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+
+    def _now(self, obj: WorkerLease) -> datetime:
+        found: datetime | None = getattr(obj, "_db_now", None)
+        return found if found is not None else timezone.now()
+
+    @admin.display(description=_("holder"))
+    def holder(self, obj: WorkerLease) -> str:
+        return lease_holder(obj, self._now(obj))
+
+    @admin.display(description=_("age"), ordering="acquired_at")
+    def age(self, obj: WorkerLease) -> str:
+        if not obj.owner_uuid or obj.acquired_at is None:
+            return "—"
+        return duration_text(self._now(obj) - obj.acquired_at)
+
+    @admin.display(description=_("expired"), boolean=True)
+    def expired(self, obj: WorkerLease) -> bool:
+        return lease_expired(obj, self._now(obj))
+
+    @admin.action(
+        description=_("Release expired leases of the selected leases' namespaces"),
+        permissions=["release"],
+    )
+    def release_expired_leases(self, request: HttpRequest, queryset: QuerySet[WorkerLease]) -> None:
+        """``WorkerLease.objects.reap()`` for each namespace of the selection: every lease
+        there that expired by the database's clock is released (its ``last_timestamp`` kept,
+        its ``version`` bumped); a live lease is never touched."""
+        namespaces = sorted(set(queryset.values_list("namespace", flat=True)))
+        released = []
+        for namespace in namespaces:
+            released += WorkerLease.objects.reap(namespace=namespace, using=queryset.db)
+        if released:
+            names = ", ".join(f"{r.namespace}#{r.worker_id}" for r in released)
+            message = _("Released %(n)s expired lease(s): %(names)s.")
+            self.message_user(
+                request, message % {"n": len(released), "names": names}, messages.SUCCESS
+            )
+        else:
+            self.message_user(
+                request,
+                _("No expired lease to release: live leases are left alone."),
+                messages.INFO,
+            )
+
+
+@admin.register(IssuedNumber)
+class IssuedNumberAdmin(ReadOnlyAdmin):
+    """The IssueLog plugin's records: read-only, an audit trail."""
+
+    list_display = ("number", "sequence", "value", "issued_at", "host", "pid")
+    list_filter = ("sequence",)
+    search_fields = ("number", "sequence")
+    date_hierarchy = "issued_at"
+
+
+@admin.register(IssueStat)
+class IssueStatAdmin(ReadOnlyAdmin):
+    """Per-minute counts behind the rate column and the status chart: read-only."""
+
+    list_display = ("sequence", "minute", "source", "count")
+    list_filter = ("sequence", "source")
+    date_hierarchy = "minute"
+
+
+#: The token made by an add request, until the response shows it (never stored).
+_new_tokens: weakref.WeakKeyDictionary[HttpRequest, str] = weakref.WeakKeyDictionary()
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Bearer tokens of the HTTP API. A token is made by ``ApiToken.create_token``, shown once
+    on the page after "Save", and stored only as its SHA-256."""
+
+    form = ApiTokenForm
+    list_display = ("name", "prefix", "sequence_list", "is_active", "last_used_at", "created_at")
+    list_filter = ("is_active",)
+    search_fields = ("name", "prefix")
+    readonly_fields = ("prefix", "created_at", "last_used_at")
+
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> tuple[str, ...]:
+        if obj is None:
+            return ("name", "sequences", "is_active")
+        return ("name", "prefix", "sequences", "is_active", "created_at", "last_used_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+        return [] if obj is None else list(self.readonly_fields)
+
+    @admin.display(description=_("sequences"))
+    def sequence_list(self, obj: ApiToken) -> str:
+        return ", ".join(obj.sequences or [])
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        row, token = ApiToken.create_token(obj.name, list(obj.sequences))
+        if not obj.is_active:
+            ApiToken.objects.filter(pk=row.pk).update(is_active=False)
+            row.is_active = False
+        obj.pk, obj.prefix, obj.digest = row.pk, row.prefix, row.digest
+        obj.created_at = row.created_at
+        obj._state.adding, obj._state.db = False, row._state.db
+        _new_tokens[request] = token
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        token = _new_tokens.pop(request, None)
+        if token is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": obj,
+            "title": _("Token %(name)s created") % {"name": obj.name},
+            "token": token,
+            "change_url": reverse(
+                f"{self.admin_site.name}:django_sequences_apitoken_change", args=[obj.pk]
+            ),
+            "changelist_url": reverse(
+                f"{self.admin_site.name}:django_sequences_apitoken_changelist"
+            ),
+        }
+        response = TemplateResponse(
+            request, "admin/django_sequences/apitoken/token_created.html", context
+        )
+        add_never_cache_headers(response)  # the token must not sit in a cache
+        return response
