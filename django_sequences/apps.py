@@ -12,7 +12,10 @@ class DjangoSequencesConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import setting_changed
 
-        from . import checks  # noqa: F401  (registers the system checks)
-        from .conf import on_setting_changed
+        # here, not at module level: the models and the registry need the app registry ready
+        from . import checks, registry
+        from .conf import add_listener, on_setting_changed
 
+        checks.install()  # the settings checks that need plugins and strategies
+        add_listener(registry.reset)
         setting_changed.connect(on_setting_changed, dispatch_uid="django_sequences.settings")

@@ -9,8 +9,21 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
+from django.utils.module_loading import import_string
 
-from .conf import SETTING, problems
+from .conf import (
+    SEQUENCE_KEYS,
+    SETTING,
+    Problem,
+    add_validator,
+    problems,
+    sequence_defaults,
+)
+from .core.base import SequenceSpec
+from .core.validation import check_bounds, check_name
+from .exceptions import ConfigurationError, InvalidDefinition, InvalidName
+from .plugins import build_plugins
+from .strategies import validate
 
 log = logging.getLogger("django_sequences.checks")
 
@@ -151,5 +164,84 @@ def check_obfuscation_key(app_configs: Any = None, **kwargs: Any) -> list[CheckM
                     id="django_sequences.W002",
                     obj=SETTING,
                 )
+            )
+    return out
+
+
+# --- settings checks that need plugins and strategies (installed into conf.problems) --------
+
+
+def settings_problems(s: dict[str, Any]) -> list[Problem]:
+    """E009 (plugins, rejection handler) and E006 (declared sequences): the checks of
+    ``DJANGO_SEQUENCES`` that build plugins and validate strategies, which ``conf`` cannot
+    import; :func:`install` hands this to ``conf.problems``."""
+    return [*_plugin_problems(s), *_sequence_problems(s["SEQUENCES"])]
+
+
+def install() -> None:
+    """Called by the app's ``ready()``: ``conf.problems`` (so the system checks and the first
+    read of ``app_settings``) also runs :func:`settings_problems`."""
+    add_validator(settings_problems)
+
+
+def _plugin_problems(s: dict[str, Any]) -> list[Problem]:
+    """E009: plugins and the rejection handler can be imported and built."""
+
+    out = []
+    try:
+        build_plugins(s["PLUGINS"])
+    except ConfigurationError as exc:
+        out.append(
+            Problem("django_sequences.E009", str(exc), "See docs/plugins.md for the format.")
+        )
+    handler = s["REJECTION_HANDLER"]
+    if handler is not None:
+        try:
+            found = import_string(str(handler))
+            if not callable(found):
+                raise ImportError(f"{handler!r} is not callable")
+        except ImportError as exc:
+            out.append(
+                Problem(
+                    "django_sequences.E009",
+                    f"{SETTING}['REJECTION_HANDLER'] = {handler!r} cannot be used: {exc}",
+                    "Name a callable (name, error) by dotted path, or None to do nothing.",
+                )
+            )
+    return out
+
+
+def _sequence_problems(seqs: object) -> list[Problem]:
+    if not isinstance(seqs, dict):
+        return [
+            Problem(
+                "django_sequences.E006",
+                f"{SETTING}['SEQUENCES'] must be a dict of name -> options, "
+                f"not {type(seqs).__name__}.",
+                'Example: {"order": {"step": 1000}}.',
+            )
+        ]
+    out = []
+    for name, opts in seqs.items():
+        where = f"{SETTING}['SEQUENCES'][{name!r}]"
+        try:
+            check_name(name)
+            if not isinstance(opts, dict):
+                raise InvalidDefinition(f"options must be a dict, not {type(opts).__name__}")
+            unknown = set(opts) - SEQUENCE_KEYS
+            if unknown:
+                raise InvalidDefinition(
+                    f"unknown option(s) {sorted(unknown)}; known: {sorted(SEQUENCE_KEYS)}"
+                )
+            d = sequence_defaults(opts)
+            check_bounds(d["step"], d["min_value"], d["max_value"])
+            if not isinstance(d["options"], dict):
+                raise InvalidDefinition(f"options must be a dict, not {d['options']!r}")
+            validate(SequenceSpec(name=name, **d))
+        except (InvalidName, InvalidDefinition) as exc:
+            if getattr(exc, "field", None) == "OBFUSCATION_KEY":
+                continue  # W002 says so (a missing key is a warning until numbers are issued)
+            out.append(
+                Problem("django_sequences.E006", f"{where}: {exc}", "Fix or remove this entry.")
             )
     return out

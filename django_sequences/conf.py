@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import difflib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .core.base import SequenceSpec
-from .core.validation import BIGINT_MAX, check_bounds, check_name
-from .exceptions import ConfigurationError, InvalidDefinition, InvalidName
+from .core.validation import BIGINT_MAX
+from .exceptions import ConfigurationError
 
 SETTING = "DJANGO_SEQUENCES"
 
@@ -170,9 +170,29 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
             )
         )
     out.extend(_format_problems(s))
-    out.extend(_plugin_problems(s))
-    out.extend(_sequence_problems(s["SEQUENCES"]))
+    for validator in list(_validators):
+        out.extend(validator(s))
     return out
+
+
+#: Checks of settings that need the layers above this module (plugins, strategies): installed
+#: by :mod:`django_sequences.checks` when the app is ready, so this module imports nothing of
+#: the package but ``core`` and ``exceptions`` (docs/architecture.md).
+_validators: list[Callable[[dict[str, Any]], list[Problem]]] = []
+#: Called after ``DJANGO_SEQUENCES`` (or ``DATABASES``) changed: the registry's reset.
+_listeners: list[Callable[[], None]] = []
+
+
+def add_validator(fn: Callable[[dict[str, Any]], list[Problem]]) -> None:
+    """Also run ``fn(settings merged over DEFAULTS)`` in :func:`problems` (once per ``fn``)."""
+    if fn not in _validators:
+        _validators.append(fn)
+
+
+def add_listener(fn: Callable[[], None]) -> None:
+    """Call ``fn()`` whenever the settings this module reads change (once per ``fn``)."""
+    if fn not in _listeners:
+        _listeners.append(fn)
 
 
 def _format_problems(s: dict[str, Any]) -> list[Problem]:
@@ -215,80 +235,12 @@ def _format_problems(s: dict[str, Any]) -> list[Problem]:
     return out
 
 
-def _plugin_problems(s: dict[str, Any]) -> list[Problem]:
-    """E009: plugins and the rejection handler can be imported and built."""
-    from django.utils.module_loading import import_string
-
-    out = []
-    try:
-        from .plugins import build_plugins
-
-        build_plugins(s["PLUGINS"])
-    except ConfigurationError as exc:
-        out.append(
-            Problem("django_sequences.E009", str(exc), "See docs/plugins.md for the format.")
-        )
-    handler = s["REJECTION_HANDLER"]
-    if handler is not None:
-        try:
-            found = import_string(str(handler))
-            if not callable(found):
-                raise ImportError(f"{handler!r} is not callable")
-        except ImportError as exc:
-            out.append(
-                Problem(
-                    "django_sequences.E009",
-                    f"{SETTING}['REJECTION_HANDLER'] = {handler!r} cannot be used: {exc}",
-                    "Name a callable (name, error) by dotted path, or None to do nothing.",
-                )
-            )
-    return out
-
-
 def _type(key: str, what: str, s: dict[str, Any]) -> Problem:
     return Problem(
         "django_sequences.E003",
         f"{SETTING}[{key!r}] must be {what}; got {s[key]!r}.",
         f"The default is {DEFAULTS[key]!r}.",
     )
-
-
-def _sequence_problems(seqs: object) -> list[Problem]:
-    if not isinstance(seqs, dict):
-        return [
-            Problem(
-                "django_sequences.E006",
-                f"{SETTING}['SEQUENCES'] must be a dict of name -> options, "
-                f"not {type(seqs).__name__}.",
-                'Example: {"order": {"step": 1000}}.',
-            )
-        ]
-    out = []
-    for name, opts in seqs.items():
-        where = f"{SETTING}['SEQUENCES'][{name!r}]"
-        try:
-            check_name(name)
-            if not isinstance(opts, dict):
-                raise InvalidDefinition(f"options must be a dict, not {type(opts).__name__}")
-            unknown = set(opts) - SEQUENCE_KEYS
-            if unknown:
-                raise InvalidDefinition(
-                    f"unknown option(s) {sorted(unknown)}; known: {sorted(SEQUENCE_KEYS)}"
-                )
-            d = sequence_defaults(opts)
-            check_bounds(d["step"], d["min_value"], d["max_value"])
-            if not isinstance(d["options"], dict):
-                raise InvalidDefinition(f"options must be a dict, not {d['options']!r}")
-            from .strategies import validate
-
-            validate(SequenceSpec(name=name, **d))
-        except (InvalidName, InvalidDefinition) as exc:
-            if getattr(exc, "field", None) == "OBFUSCATION_KEY":
-                continue  # W002 says so (a missing key is a warning until numbers are issued)
-            out.append(
-                Problem("django_sequences.E006", f"{where}: {exc}", "Fix or remove this entry.")
-            )
-    return out
 
 
 def sequence_defaults(opts: dict[str, Any], default_step: int | None = None) -> dict[str, Any]:
@@ -344,6 +296,5 @@ app_settings = AppSettings()
 def on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     if setting in (SETTING, "DATABASES"):
         app_settings.reload()
-        from . import registry
-
-        registry.reset()
+        for listener in list(_listeners):
+            listener()
