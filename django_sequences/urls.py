@@ -6,7 +6,7 @@
 invalid name (``order%0A``) reaches the view and is answered 404 there. Each endpoint also takes
 a trailing slash. Any other URL under the prefix, whatever its characters, gets a JSON 404
 rather than the site's HTML one (and no CSRF page: the catch-all is exempt, as the endpoints
-are).
+are). The views are ``django_sequences/http/views.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from django.urls import path, re_path, register_converter
 from django.urls.converters import PathConverter
 
-from . import views
+from .http import views
 
 
 class NameConverter(PathConverter):

@@ -397,7 +397,7 @@ def test_refusals_map_to_their_status_and_consume_nothing(
 def test_503_when_the_token_store_is_down_and_500_for_a_bug(
     api: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_sequences import views
+    from django_sequences.http import views
 
     Sequence.objects.define("order")
     http.tokens.forget()

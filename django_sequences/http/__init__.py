@@ -1,0 +1,15 @@
+"""The JSON HTTP API (docs/http.md): ``views.py`` (the endpoints and the site's error handlers),
+``plumbing.py`` (bearer tokens, JSON answers, errors to status codes, the views' wrapper) and
+``bodies.py`` (reading bodies, query strings and counts). Its URLs are
+``django_sequences.urls``; ``django_sequences.views`` is the stable path of the handlers.
+
+Re-exported here: :data:`TOKEN_CACHE_SECONDS` (how long a process trusts a token row it read)
+and :data:`tokens`, the process's token cache (``tokens.forget()`` after revoking tokens in this
+process). Importing this package needs no Django set-up.
+"""
+
+from __future__ import annotations
+
+from .plumbing import TOKEN_CACHE_SECONDS, tokens
+
+__all__ = ["TOKEN_CACHE_SECONDS", "tokens"]

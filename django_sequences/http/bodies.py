@@ -1,0 +1,206 @@
+"""Reading what a request of the JSON HTTP API sends (docs/http.md): the body as JSON, the
+query string and the ``count`` every endpoint takes.
+
+**Bodies** are read here (:func:`json_body`): a chunked one too, where the WSGI server marks
+its end, and whatever a client sends is refused with a 400 rather than reaching Python's limits
+(recursion, integer digits) or the store (lone surrogates). Everything is checked before
+anything is issued, so a refused request consumes no value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.core.handlers.wsgi import WSGIRequest
+from django.http import HttpRequest, UnreadablePostError
+
+from ..conf import app_settings
+from .plumbing import ApiError, Payload, bad_request, short
+
+_COUNT_RE = re.compile(r"[0-9]{1,19}\Z")
+
+
+def has_query(request: HttpRequest) -> bool:
+    """Whether the URL has a query string (``request.GET`` costs a QueryDict even when not)."""
+    return bool(request.META.get("QUERY_STRING"))
+
+
+#: Deepest nesting of arrays and objects in a body (a context may nest 8 levels).
+MAX_BODY_DEPTH = 16
+#: Longest integer literal in a body; longer ones are refused before Python converts them.
+MAX_INT_DIGITS = 40
+
+
+class _Refused(Exception):
+    """Raised by the JSON parser's hooks; carries the client's message out of ``json.loads``."""
+
+
+def _parse_int(text: str) -> int:
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_INT_DIGITS:
+        raise _Refused(
+            f"an integer in the body has {digits} digits; at most {MAX_INT_DIGITS} are read"
+        )
+    return int(text)
+
+
+def _parse_constant(text: str) -> object:
+    raise _Refused(f"{text} is not a JSON value")
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"field {short(key)} is given twice in one object; give it once")
+            seen.add(key)
+    return data
+
+
+_decoder = json.JSONDecoder(
+    parse_int=_parse_int, parse_constant=_parse_constant, object_pairs_hook=_object
+)
+
+
+def read_body(request: HttpRequest) -> bytes:
+    """The request's body, at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes. A chunked body
+    (``Transfer-Encoding`` and no ``Content-Length``) is read from the WSGI stream where the
+    server says it marks its end (``wsgi.input_terminated``, as gunicorn does) and refused with
+    a 411 where it does not: Django would read it as empty. Under ASGI the server hands on the
+    whole body, chunked or not."""
+    meta = request.META
+    if (
+        isinstance(request, WSGIRequest)
+        and meta.get("HTTP_TRANSFER_ENCODING")
+        and not meta.get("CONTENT_LENGTH")
+    ):
+        if not meta.get("wsgi.input_terminated"):
+            raise ApiError(
+                411,
+                "length_required",
+                "This server cannot read a chunked body (Transfer-Encoding without "
+                "Content-Length); send the body with a Content-Length header.",
+            )
+        return _read_all(meta["wsgi.input"], settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    return request.body  # Django checks DATA_UPLOAD_MAX_MEMORY_SIZE (a chunked ASGI body too)
+
+
+def _read_all(stream: Any, limit: int | None) -> bytes:
+    """All of ``stream``; :class:`RequestDataTooBig` past ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            chunk = stream.read(65536 if limit is None else min(65536, limit + 1 - size))
+        except Exception as exc:
+            # a malformed chunk or a client gone, in the server's own words (gunicorn's
+            # InvalidChunkSize, ChunkMissingTerminator, NoMoreData...)
+            raise UnreadablePostError(f"{type(exc).__name__}: {exc}") from exc
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise RequestDataTooBig("Request body exceeded settings.DATA_UPLOAD_MAX_MEMORY_SIZE.")
+
+
+def json_body(request: HttpRequest, fields: tuple[str, ...]) -> Payload:
+    """The JSON object of the body ({} when the body is empty); only ``fields`` may appear.
+
+    Refused with a 400 before anything is issued: bytes that are not UTF-8, text that is not
+    JSON (``NaN`` and ``Infinity`` included), a field given twice in one object, an integer
+    of more than :data:`MAX_INT_DIGITS` digits, nesting deeper than :data:`MAX_BODY_DEPTH`
+    and strings that are not Unicode text (a lone surrogate such as ``"\\ud800"``)."""
+    raw = read_body(request)
+    if not raw.strip():
+        return {}
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise bad_request(
+            f"The body is not UTF-8 text (byte 0x{raw[exc.start]:02x} at position {exc.start}); "
+            f"send JSON encoded in UTF-8."
+        ) from None
+    try:
+        data = _decoder.decode(text)
+    except _Refused as exc:
+        raise bad_request(f"The body is not valid JSON: {exc}.") from None
+    except RecursionError:
+        raise bad_request(
+            f"The body nests arrays or objects too deeply; at most {MAX_BODY_DEPTH} levels are "
+            f"read."
+        ) from None
+    except ValueError as exc:
+        raise bad_request(
+            f'The body is not valid JSON ({exc}); send an object such as {{"count": 5}} '
+            f"with Content-Type: application/json."
+        ) from None
+    if not isinstance(data, dict):
+        raise bad_request(
+            f'The body must be a JSON object such as {{"count": 5}}, not {type(data).__name__}.'
+        )
+    _check_tree(data)
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise bad_request(
+            f"Unknown field(s) {', '.join(map(short, unknown))} in the body; this endpoint "
+            f"takes {', '.join(fields)}."
+        )
+    return data
+
+
+def _check_tree(data: object) -> None:
+    """Refuse nesting deeper than :data:`MAX_BODY_DEPTH` and strings with lone surrogates,
+    walking the parsed body without recursion."""
+    todo: list[tuple[object, int]] = [(data, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_BODY_DEPTH:
+                raise bad_request(
+                    f"The body nests arrays or objects more than {MAX_BODY_DEPTH} levels deep."
+                )
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, value in items:
+                todo.append((key, depth))
+                todo.append((value, depth + 1))
+        elif isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise bad_request(
+                    f"The string {short(node)} in the body holds a lone surrogate (an unpaired "
+                    f"\\ud800-\\udfff escape), which is not text; send valid Unicode."
+                ) from None
+
+
+def count_of(request: HttpRequest, body: Payload) -> int:
+    """``count`` from the body or the query string (default 1), checked against
+    ``HTTP_MAX_COUNT`` and ``MAX_BATCH`` before anything is issued."""
+    in_query = request.GET.get("count") if has_query(request) else None
+    if in_query is not None:
+        if "count" in body:
+            raise bad_request("count is given in both the query string and the body; give one.")
+        if not _COUNT_RE.match(in_query):
+            raise bad_request(f"count must be a whole number; got {short(in_query)}.")
+        count: object = int(in_query)
+    else:
+        count = body.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise bad_request(
+            f"count must be a JSON integer, not {type(count).__name__}: {short(count)}."
+        )
+    http_max, batch_max = app_settings.HTTP_MAX_COUNT, app_settings.MAX_BATCH
+    if not 1 <= count <= min(http_max, batch_max):
+        setting = "HTTP_MAX_COUNT" if http_max <= batch_max else "MAX_BATCH"
+        raise bad_request(
+            f"count must be between 1 and {min(http_max, batch_max)} (the server's "
+            f"{setting}); got {short(count)}. Ask in several requests."
+        )
+    return count

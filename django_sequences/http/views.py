@@ -1,0 +1,258 @@
+"""The views of the JSON HTTP API (docs/http.md). Mount them with
+``path("ids/", include("django_sequences.urls"))``; ``django_sequences.views`` re-exports them
+and the error handlers under the path settings name.
+
+=======  ==========================  =================================================
+POST     ``<name>/values``           ``{"count": 5, "key": "..."}`` -> values
+POST     ``<name>/numbers``          ``{"count": 3, "context": {...}}`` -> numbers
+GET      ``<name>/explain/<value>``  the parts of a structured value (snowflake, timestamp)
+GET      ``<name>/status``           this process's view of the sequence
+=======  ==========================  =================================================
+
+Each endpoint also takes a trailing slash; any other URL under the prefix is a JSON 404.
+``handler400`` … ``handler500`` answer, as JSON under the prefix, what Django refuses before any
+view runs (a malformed Host header), once the root URLconf points at them.
+
+Every request needs a bearer token allowed the sequence (``plumbing.py``). Everything a request
+asks for is checked before anything is issued, so a refused request consumes no value: the
+count, the sub-key, and for numbers the context, rendered against the template with no value
+first. What can still fail after a value was taken is what fails the same way in Python (a
+fixed-width ``{seq:05}`` that overflows: 409, the value becomes a gap).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import asdict
+from typing import Any
+
+from django.core.exceptions import DisallowedHost
+from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
+from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
+
+from .. import explain as explain_value
+from .. import get_sequence, next_numbers, next_values, registry
+from ..exceptions import InvalidKey
+from ..formats.context import ContextKeyConflict, put_dotted
+from .bodies import count_of, has_query, json_body
+from .plumbing import Payload, bad_request, endpoint, error_response, message_for, short
+
+#: Longest sub-key (as ``next_value(name, key=...)`` takes).
+MAX_KEY_LENGTH = 255
+#: Arguments of ``next_numbers()`` itself, which a context entry cannot be named.
+RESERVED_CONTEXT = frozenset({"name", "count", "using"})
+#: Deepest nesting of a context object (``{ctx.warehouse.code}`` needs 2).
+MAX_CONTEXT_DEPTH = 8
+_VALUE_RE = re.compile(r"-?[0-9]{1,20}\Z")
+
+
+@endpoint("POST")
+def values(request: HttpRequest, name: str) -> Payload:
+    """Issue ``count`` values (default 1) of sequence ``name``, optionally for a sub-key
+    (sharded sequences). ``first`` and ``last`` are there when the values are contiguous."""
+    key: object = None
+    if has_query(request):
+        unknown = sorted(set(request.GET) - {"count", "key"})
+        if unknown:
+            raise bad_request(
+                f"Unknown query parameter(s) {', '.join(map(repr, unknown))}; this endpoint "
+                f"takes count and key."
+            )
+        key = request.GET.get("key")
+    body = json_body(request, ("count", "key"))
+    count = count_of(request, body)
+    key = body.get("key", key)
+    if key is not None and not isinstance(key, str):
+        raise bad_request(f"key must be a string, not {type(key).__name__}: {short(key)}.")
+    if key is not None and not 1 <= len(key) <= MAX_KEY_LENGTH:
+        raise bad_request(
+            f"key must be 1 to {MAX_KEY_LENGTH} characters; got {len(key)}: {short(key)}."
+        )
+    try:
+        got = next_values(name, count, key=key)
+    except InvalidKey:
+        if key is None:
+            raise
+        # the key itself was checked above: what is left is a sequence that takes none
+        raise bad_request(
+            f"Sequence {name!r} takes no key: only sharded sequences do. Send the request "
+            f"without a key."
+        ) from None
+    if isinstance(got, range):
+        return {
+            "sequence": name,
+            "count": len(got),
+            "values": list(got),
+            "first": got.start,
+            "last": got.stop - got.step,
+        }
+    return {"sequence": name, "count": len(got), "values": got}
+
+
+@endpoint("POST")
+def numbers(request: HttpRequest, name: str) -> Payload:
+    """Issue ``count`` numbers (default 1) of sequence ``name``. The context that ``{ctx.NAME}``
+    parts read is the query string's parameters other than ``count`` (``a.b=x`` nests), with
+    the body's ``context`` object over them."""
+    body = json_body(request, ("count", "context"))
+    count = count_of(request, body)
+    context = context_of(request, body)
+    if not registry.spec(name, None).template:
+        raise bad_request(
+            f"Sequence {name!r} has no template: it issues values, not numbers. Use "
+            f"POST {_sibling(request, 'values')} instead."
+        )
+    try:
+        # a missing or malformed context entry is refused before a value is taken (I10)
+        got = next_numbers(name, count, **context)
+    except InvalidKey as exc:
+        needs = "" if context else f"Sequence {name!r} needs a context for its numbers. "
+        raise bad_request(
+            f'{needs}{exc} Send the context as the body\'s "context" object '
+            f'(e.g. {{"context": {{"area": "010"}}}}) or as query parameters (?area=010).'
+        ) from None
+    return {"sequence": name, "count": len(got), "numbers": got}
+
+
+@endpoint("GET")
+def explain(request: HttpRequest, name: str, value: str) -> Payload:
+    """The parts of ``value``, a value of sequence ``name`` (snowflake, timestamp)."""
+    if not _VALUE_RE.match(value):
+        raise bad_request(f"The value to explain must be an integer; got {short(value)}.")
+    number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise bad_request(
+            f"{number} is not a value of sequence {name!r}: its values are 64-bit integers."
+        )
+    if getattr(registry.get(name, None), "explain", None) is None:
+        raise bad_request(
+            f"Sequence {name!r} issues plain counters, whose values have no parts; only "
+            f"snowflake and timestamp values can be explained."
+        )
+    return {"sequence": name, "value": number, "parts": explain_value(name, number)}
+
+
+@endpoint("GET")
+def status(request: HttpRequest, name: str) -> Payload:
+    """What the process that answers knows of sequence ``name`` (``pid`` and ``host`` say
+    which process: each gunicorn worker has its own ranges and counters)."""
+    fields = asdict(get_sequence(name).status())
+    fields.pop("name")
+    return {"sequence": name, "host": socket.gethostname(), "pid": os.getpid(), **fields}
+
+
+@csrf_exempt  # whatever the method and cookies: a JSON 404, never Django's CSRF page
+def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    """Any other URL under the API's prefix."""
+    return error_response(
+        404,
+        "not_found",
+        f"No endpoint at {short(request.path, 120)}. The endpoints are POST <name>/values, "
+        f"POST <name>/numbers, GET <name>/explain/<value> and GET <name>/status.",
+    )
+
+
+# --- the site's error pages, as JSON under the API's prefix -------------------------------------
+#
+# Django answers some requests before any view runs (a malformed Host header: DisallowedHost
+# in the middleware), or after a middleware failed, with the root URLconf's handler400/403/
+# 404/500. Point those at these functions (docs/http.md, "Errors Django answers before any
+# view"): under the API's prefix they answer JSON; elsewhere the site's own pages as before.
+
+
+def _in_api(request: HttpRequest) -> bool:
+    """Whether ``request``'s path is under the prefix the API's URLs are mounted at."""
+    try:
+        match = resolve(request.path_info, getattr(request, "urlconf", None))
+    except Resolver404:
+        return False
+    except Exception:  # an error handler must answer: a broken URLconf is not the API's
+        return False
+    return "django_sequences" in match.app_names
+
+
+def handler400(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not _in_api(request):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, DisallowedHost):
+        message = "The Host header names no site this server answers for; check the URL."
+    else:
+        message = message_for(exception)
+    return error_response(400, "bad_request", message)
+
+
+def handler403(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not _in_api(request):
+        return defaults.permission_denied(request, exception)
+    return error_response(403, "forbidden", "The server refused this request.")
+
+
+def handler404(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not _in_api(request):
+        return defaults.page_not_found(request, exception)
+    return not_found(request)
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if not _in_api(request):
+        return defaults.server_error(request)
+    return error_response(500, "internal", "An unexpected error; the server log has the details.")
+
+
+def _sibling(request: HttpRequest, endpoint: str) -> str:
+    """The path of this request's sequence's other ``endpoint`` (``values``)."""
+    base = request.path.rstrip("/")
+    return base[: base.rfind("/") + 1] + endpoint
+
+
+# --- the context of numbers ------------------------------------------------------------------
+
+
+def context_of(request: HttpRequest, body: Payload) -> dict[str, Any]:
+    """The query string's context (every parameter but ``count``) with the body's over it."""
+    context: dict[str, Any] = {}
+    for key, value in request.GET.items() if has_query(request) else ():
+        if key == "count":
+            continue
+        try:
+            put_dotted(context, key, value)
+        except ContextKeyConflict as exc:
+            if exc.parent:
+                raise bad_request(
+                    f"Query parameter {key!r} is also the parent of other parameters."
+                ) from None
+            raise bad_request(
+                f"Query parameter {key!r} nests under {exc.part!r}, a plain value."
+            ) from None
+    given = body.get("context", {})
+    if not isinstance(given, dict):
+        raise bad_request(
+            f'context must be a JSON object such as {{"area": "010"}}, not {type(given).__name__}.'
+        )
+    _check_context(given, "context", 1)
+    context.update(given)
+    reserved = sorted(RESERVED_CONTEXT & set(context))
+    if reserved:
+        raise bad_request(
+            f"Context entry {reserved[0]!r} cannot be used: it is an argument of next_numbers() "
+            f"itself ({', '.join(sorted(RESERVED_CONTEXT))}). Name the template part otherwise."
+        )
+    return context
+
+
+def _check_context(obj: dict[str, Any], where: str, depth: int) -> None:
+    if depth > MAX_CONTEXT_DEPTH:
+        raise bad_request(f"{where} nests deeper than {MAX_CONTEXT_DEPTH} levels.")
+    for key, value in obj.items():
+        inner = f"{where}.{key}"
+        if isinstance(value, dict):
+            _check_context(value, inner, depth + 1)
+        elif isinstance(value, bool) or not isinstance(value, str | int):
+            raise bad_request(
+                f"{inner} must be a string or an integer (or an object of them), not "
+                f"{type(value).__name__}: {short(value)}."
+            )
