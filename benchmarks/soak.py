@@ -122,7 +122,7 @@ def define(labels: list[str]) -> None:
 def define_one(label: str, name: str) -> None:
     """Define ``name`` as ``DEFINITIONS[label]`` says (replacing it), with its tables."""
     from django_sequences.models import Sequence
-    from django_sequences.sources.autoincrement import create_tables
+    from django_sequences.strategies.autoincrement import create_tables
 
     Sequence.objects.filter(name__startswith=name).delete()
     kwargs = json.loads(json.dumps(DEFINITIONS[label]))  # a deep copy

@@ -125,7 +125,7 @@ def define_all() -> None:
     Sequence.objects.define("bench.ts-redis", strategy="timestamp", options={"counter": "redis"})
     Sequence.objects.define("bench.ai", strategy="autoincrement", options={"table_bits": 1})
     from django_sequences.models import Sequence as S
-    from django_sequences.sources.autoincrement import create_tables
+    from django_sequences.strategies.autoincrement import create_tables
 
     create_tables(S.objects.get(name="bench.ai").spec(), "default")
 
@@ -180,8 +180,7 @@ def run(quick: bool) -> list[Row]:
             "`redis` get_sequence(name).next()",
             ours_h,
             "one script a call under the committed hwm (the increment and the failover "
-            "guard's check of the master's identity); vs INCR: "
-            + verdict(ours_h / raw, 0.9),
+            "guard's check of the master's identity); vs INCR: " + verdict(ours_h / raw, 0.9),
         )
     )
     rows.append(Row("`redis` next_value(name)", ours, f"{ours / raw:.2f}x INCR"))

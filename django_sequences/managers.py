@@ -202,7 +202,7 @@ class SequenceManager(models.Manager["Sequence"]):
             rows = _provision_shard_rows(spec, alias, dry_run=dry_run, new=created)
             tables: list[str] = []
             if spec.strategy == "autoincrement":
-                from .sources.autoincrement import create_tables
+                from .strategies.autoincrement import create_tables
 
                 tables = create_tables(spec, alias, dry_run=dry_run)
             inner = strategy_for(spec).provision(spec, alias, dry_run=dry_run)

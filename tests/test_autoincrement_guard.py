@@ -32,9 +32,9 @@ from django_sequences.sources.autoincrement import (
     MARGIN_FLOOR,
     AutoIncrementGenerator,
     counter_key,
-    create_tables,
     table_name,
 )
+from django_sequences.strategies.autoincrement import create_tables
 from django_sequences.sources.connections import lease_connection
 
 from .conftest import assert_unique, run_threads

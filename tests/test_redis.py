@@ -24,9 +24,9 @@ from django_sequences.models import Segment, Sequence
 from django_sequences.sources.redis import (
     OFFSET,
     RedisCounterStore,
-    RedisStrategy,
     read_row_value,
 )
+from django_sequences.strategies.redis import RedisStrategy
 
 from . import redisutil, workers
 from .conftest import assert_unique, issue_from_threads, rows, settle

@@ -35,9 +35,9 @@ from django_sequences.sources.redis import (
     EXTEND_SCRIPT,
     OFFSET,
     RedisCounterStore,
-    RedisStrategy,
     RedisWindowStore,
 )
+from django_sequences.strategies.redis import RedisStrategy
 
 from . import redisutil
 from .conftest import assert_unique, issue_from_threads, rows, settle

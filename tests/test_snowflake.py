@@ -34,7 +34,7 @@ from django_sequences.exceptions import (
 )
 from django_sequences.models import Sequence, WorkerLease
 from django_sequences.sources import workers as leases
-from django_sequences.sources.snowflake import SnowflakeStrategy
+from django_sequences.strategies.timebased import SnowflakeStrategy
 
 from . import workers
 from .conftest import assert_unique

@@ -22,7 +22,8 @@ from django_sequences.exceptions import ClockMovedBackwards, InvalidDefinition, 
 from django_sequences.models import Sequence, WorkerLease
 from django_sequences.sources import redisconn
 from django_sequences.sources import workers as leases
-from django_sequences.sources.timestamp import TimestampStrategy, redis_keys
+from django_sequences.sources.timestamp import redis_keys
+from django_sequences.strategies.timebased import TimestampStrategy
 
 from . import workers
 from .conftest import assert_unique

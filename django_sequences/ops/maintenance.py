@@ -29,9 +29,10 @@ from ..models import Segment, Sequence
 from ..numbers import check_template, compile_template
 from ..sources import workers
 from ..sources.connections import resolve_alias
-from ..sources.redis import RedisSegmentStrategy, RedisWindowStore
+from ..sources.redis import RedisWindowStore
 from ..sources.redisconn import Script
 from ..strategies import Strategy, validate
+from ..strategies.redis import RedisSegmentStrategy
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper

@@ -28,7 +28,7 @@ from ..sources import redisconn
 from ..sources.connections import resolve_alias
 from ..sources.workers import db_now
 from ..strategies import strategy_for
-from ..wrappers import label
+from ..strategies.wrappers import label
 
 #: Strategies whose values do not come from their counter rows: their rows are never leased,
 #: so they have no current value nor values remaining before ``max_value``.

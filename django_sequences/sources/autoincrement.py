@@ -11,8 +11,9 @@ Inserts run on the private autocommit connection of each alias (committed at onc
 Values are unique but not ordered across tables. Rows may be deleted to save space, except
 each table's newest (auto-increment counters restart from the highest id on some engines).
 
-Tables are created by ``create_tables()`` - from the ``sequences_create_tables`` command or a
-migration's ``RunPython`` - never implicitly while issuing.
+Tables are created by ``strategies.autoincrement.create_tables()`` (which calls
+:func:`make_tables` here) - from the ``sequences_create_tables`` command or a migration's
+``RunPython`` - never implicitly while issuing.
 
 The failover guard (invariant I11, ``sources/writers.py``). With asynchronous replication a
 failover to a lagging replica loses the old primary's last inserts (and on PostgreSQL the
@@ -57,9 +58,8 @@ from django.db import DatabaseError, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from ..core.base import IdGenerator, SequenceSpec, Status
-from ..exceptions import BackendUnavailable, ConfigurationError, InvalidDefinition
-from ..strategies import Strategy
+from ..core.base import Status
+from ..exceptions import BackendUnavailable, ConfigurationError
 from . import writers
 from .connections import lease_connection
 
@@ -100,53 +100,10 @@ def table_model(table: str) -> type[models.Model]:
         return model
 
 
-class AutoIncrementStrategy(Strategy):
-    name = "autoincrement"
-    options = {"table_bits": (int, 2), "aliases": (list, []), "retry_after": ((int, float), 30)}
-
-    def validate(self, spec: SequenceSpec) -> None:
-        super().validate(spec)
-        bits = self.option(spec, "table_bits")
-        if not 0 <= bits <= 8:
-            raise InvalidDefinition(
-                f"Sequence {spec.name!r}: options['table_bits'] must be from 0 to 8 "
-                f"(1 to 256 tables); got {bits}."
-            )
-        aliases = self.option(spec, "aliases")
-        if aliases and len(aliases) not in (1, 2**bits):
-            raise InvalidDefinition(
-                f"Sequence {spec.name!r}: options['aliases'] lists one database alias per table "
-                f"({2**bits}) or a single alias; got {len(aliases)}."
-            )
-        for alias in aliases:
-            if alias not in connections.settings:
-                raise InvalidDefinition(
-                    f"Sequence {spec.name!r}: options['aliases'] names {alias!r}, which is not "
-                    f"a key of DATABASES."
-                )
-        if self.option(spec, "retry_after") < 0:
-            raise InvalidDefinition(f"Sequence {spec.name!r}: options['retry_after'] must be >= 0.")
-
-    def tables(self, spec: SequenceSpec, alias: str) -> list[tuple[str, str]]:
-        """(alias, table) of every table of the sequence, in index order."""
-        n = 2 ** self.option(spec, "table_bits")
-        aliases = self.option(spec, "aliases") or [alias]
-        if len(aliases) == 1:
-            aliases = aliases * n
-        return [(aliases[i], table_name(spec.name, i)) for i in range(n)]
-
-    def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
-        return AutoIncrementGenerator(
-            spec.name,
-            self.tables(spec, alias),
-            bits=self.option(spec, "table_bits"),
-            retry_after=float(self.option(spec, "retry_after")),
-        )
-
-
-def create_tables(spec: SequenceSpec, alias: str, *, dry_run: bool = False) -> list[str]:
-    """Create the missing tables of an autoincrement sequence; return what was (or would be)
-    created as ``alias.table``. Idempotent.
+def make_tables(name: str, tables: list[tuple[str, str]], *, dry_run: bool = False) -> list[str]:
+    """Create the missing ``(alias, table)`` tables of autoincrement sequence ``name`` (the
+    strategy says which: ``strategies.autoincrement.create_tables``); return what was (or would
+    be) created as ``alias.table``. Idempotent.
 
     Where the failover guard applies (PostgreSQL, MariaDB/MySQL, ``FAILOVER_GUARD`` on), each
     table's :class:`~django_sequences.models.CounterWriter` row is made too (on the table's
@@ -154,18 +111,16 @@ def create_tables(spec: SequenceSpec, alias: str, *, dry_run: bool = False) -> l
     says so if they are missing). Rows are not listed in what was made."""
     from ..models import CounterWriter
 
-    strategy = AutoIncrementStrategy()
-    strategy.validate(spec)
     made = []
     existing: dict[str, list[str]] = {}
-    for table_alias, table in strategy.tables(spec, alias):
+    for table_alias, table in tables:
         conn = connections[table_alias]
         guarded = writers.identity_sql(conn) is not None and writers.enabled()
         if table_alias not in existing:
             existing[table_alias] = conn.introspection.table_names()
             if guarded and CounterWriter._meta.db_table not in existing[table_alias]:
                 raise ConfigurationError(
-                    f"Sequence {spec.name!r}: database {table_alias!r} is to hold "
+                    f"Sequence {name!r}: database {table_alias!r} is to hold "
                     f"auto-increment tables but has no {CounterWriter._meta.db_table} table, "
                     f"where the failover guard records which server last inserted into each: "
                     f"run `python manage.py migrate django_sequences --database "

@@ -4,24 +4,9 @@ counted in Redis (one round trip per call) or in-process under a worker-id lease
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
-from ..core.base import IdGenerator, SequenceSpec
-from ..core.clock import SYSTEM_CLOCK, Clock
-from ..core.timestamp import (
-    DEFAULT_FORMAT,
-    LocalTimestampGenerator,
-    RedisTimestampGenerator,
-    TimestampLayout,
-)
-from ..core.validation import shown
-from ..exceptions import InvalidDefinition
-from ..strategies import Strategy
 from . import redisconn, writers
-from .snowflake import LEASE_OPTIONS, build_leased, check_lease_options
-
-COUNTERS = ("redis", "local")
 
 # KEYS[1]: the sequence's last-second key (no expiry); KEYS[2]: this second's counter (2 s);
 # KEYS[3]: the writer, the master_replid of the Redis master that counted last (no expiry).
@@ -67,74 +52,6 @@ redis.call('EXPIRE', KEYS[2], 2)
 return {n, last}
 """
 )
-
-
-class TimestampStrategy(Strategy):
-    """Timestamp numbers; see docs/strategies.md."""
-
-    name = "timestamp"
-    options = {
-        "format": (str, DEFAULT_FORMAT),
-        "digits": (int, 5),
-        "per_second_limit": ((int, type(None)), None),
-        "counter": (str, "redis"),
-        "worker_digits": (int, 2),
-        **LEASE_OPTIONS,
-    }
-
-    def layout(self, spec: SequenceSpec) -> TimestampLayout:
-        counter = self.option(spec, "counter")
-        if counter not in COUNTERS:
-            raise InvalidDefinition(
-                f"Sequence {spec.name!r}: options['counter'] must be one of {COUNTERS}; "
-                f"got {shown(counter)}."
-            )
-        return TimestampLayout.from_options(
-            dict(spec.options), local=counter == "local", name=spec.name
-        )
-
-    def validate(self, spec: SequenceSpec) -> None:
-        super().validate(spec)
-        layout = self.layout(spec)
-        if layout.worker_digits:
-            check_lease_options(self, spec, layout.max_worker)
-        elif "worker_store" in spec.options:
-            raise InvalidDefinition(
-                f"Sequence {spec.name!r}: options['worker_store'] applies to counter 'local' only."
-            )
-
-    def build(
-        self,
-        spec: SequenceSpec,
-        alias: str,
-        *,
-        clock: Clock = SYSTEM_CLOCK,
-        sleep: Callable[[float], None] = time.sleep,
-        heartbeat: bool = True,
-    ) -> IdGenerator:
-        """``clock``, ``sleep`` and ``heartbeat=False`` are for tests."""
-        layout = self.layout(spec)
-        if layout.worker_digits:
-            return build_leased(
-                self,
-                spec,
-                alias,
-                layout,
-                LocalTimestampGenerator,
-                clock=clock,
-                sleep=sleep,
-                heartbeat=heartbeat,
-            )
-        tolerance = self.option(spec, "clock_tolerance_ms")
-        redis_alias = self.option(spec, "redis_alias")
-        return RedisTimestampGenerator(
-            spec.name,
-            layout,
-            redis_counter(spec.name, redisconn.resolve_alias(redis_alias)),
-            tolerance_ms=tolerance,
-            clock=clock,
-            sleep=sleep,
-        )
 
 
 def redis_keys(name: str, alias: str) -> tuple[str, str]:

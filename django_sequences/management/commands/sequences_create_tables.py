@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from ...models import Sequence
-from ...sources.autoincrement import create_tables
 from ...sources.connections import resolve_alias
+from ...strategies.autoincrement import create_tables
 from ..base import SequenceCommand
 
 

@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 from django.db import connections
 
-from .core.base import IdGenerator, SequenceSpec
-from .core.validation import shown
-from .exceptions import InvalidDefinition
-from .strategies import Strategy, strategy_for
+from ..core.base import IdGenerator, SequenceSpec
+from ..core.validation import shown
+from ..exceptions import InvalidDefinition
+from .base import Strategy, strategy_for
 
 #: Strategies whose values respect a definition's bounds, so that ``inner << n | i`` stays
 #: within the outer bounds. snowflake, timestamp and autoincrement make values of their own
@@ -67,8 +67,8 @@ def inner_spec(
 def _check_inner(
     outer: SequenceSpec, inner: SequenceSpec, where: str, other_wrapper: str
 ) -> Strategy:
-    from .core.validation import check_name
-    from .exceptions import InvalidName
+    from ..core.validation import check_name
+    from ..exceptions import InvalidName
 
     if inner.strategy == outer.strategy:
         raise InvalidDefinition(
@@ -141,7 +141,7 @@ class _Wrapper(Strategy):
 def ensure_inner(inner: SequenceSpec, alias: str, *, dry_run: bool = False) -> bool:
     """Make inner definition ``inner`` on ``alias`` unless it exists (``dry_run``: make
     nothing); whether it was missing."""
-    from .models import Sequence
+    from ..models import Sequence
 
     if Sequence.objects.spec(inner.name, using=alias) is not None:
         return False
@@ -163,7 +163,7 @@ def ensure_inner(inner: SequenceSpec, alias: str, *, dry_run: bool = False) -> b
 def label(inner: SequenceSpec, alias: str) -> str:
     """Where a partition's values live, for people: the database alias, or the Redis alias."""
     if inner.strategy in ("redis", "redis_segment"):
-        from .conf import app_settings
+        from ..conf import app_settings
 
         redis_alias = inner.options.get("redis_alias") or app_settings.REDIS_ALIAS
         return f"redis:{redis_alias} (row on {alias})"
@@ -227,7 +227,7 @@ class FailoverStrategy(_Wrapper):
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
-        from .core.failover import FailoverGenerator, Partition
+        from ..core.failover import FailoverGenerator, Partition
 
         parts = [
             Partition(i, label(inner, where), self._builder(inner, where, strategy))
@@ -284,9 +284,9 @@ class MemoryBitsStrategy(_Wrapper):
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
-        from .conf import app_settings
-        from .core.lazy import Lazy
-        from .core.memorybits import MemoryBitsGenerator
+        from ..conf import app_settings
+        from ..core.lazy import Lazy
+        from ..core.memorybits import MemoryBitsGenerator
 
         ((inner, where, strategy),) = self.inners(spec, alias)
         return MemoryBitsGenerator(

@@ -1,6 +1,8 @@
-"""The ``snowflake`` strategy: 64-bit ids from time, a leased worker id and a per-tick counter,
-made in memory (no round trip per id). Logic in ``core/snowflake.py`` and ``core/ticks.py``;
-worker-id leases in ``sources/workers.py``."""
+"""The time-based strategies, both under a leased worker id: ``snowflake`` (64-bit ids from
+time, a worker id and a per-tick counter, made in memory; logic in ``core/snowflake.py`` and
+``core/ticks.py``) and ``timestamp`` (``int(strftime(format)) * 10**digits + counter`` in UTC,
+counted in Redis, ``sources/timestamp.py``, or in memory; logic in ``core/timestamp.py``).
+Worker-id leases live in ``sources/workers.py``."""
 
 from __future__ import annotations
 
@@ -8,12 +10,20 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..core.base import SequenceSpec
+from ..core.base import IdGenerator, SequenceSpec
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.snowflake import DEFAULT_EPOCH, Layout, SnowflakeGenerator
+from ..core.timestamp import (
+    DEFAULT_FORMAT,
+    LocalTimestampGenerator,
+    RedisTimestampGenerator,
+    TimestampLayout,
+)
 from ..core.validation import shown
 from ..exceptions import InvalidDefinition
-from ..strategies import Strategy
+from ..sources import redisconn
+from ..sources.timestamp import redis_counter
+from .base import Strategy
 
 _G = TypeVar("_G")
 
@@ -105,7 +115,7 @@ def build_leased(
     local counter): the slot from the store the options name, the clock tolerance, and the
     process's heartbeat."""
     from ..conf import app_settings
-    from .workers import default_heartbeat, slot_for
+    from ..sources.workers import default_heartbeat, slot_for
 
     slot = slot_for(
         spec.name,
@@ -127,3 +137,74 @@ def build_leased(
         heartbeat=default_heartbeat() if heartbeat else None,
         heartbeat_interval=app_settings.WORKER_HEARTBEAT,
     )
+
+
+COUNTERS = ("redis", "local")
+
+
+class TimestampStrategy(Strategy):
+    """Timestamp numbers; see docs/strategies.md."""
+
+    name = "timestamp"
+    options = {
+        "format": (str, DEFAULT_FORMAT),
+        "digits": (int, 5),
+        "per_second_limit": ((int, type(None)), None),
+        "counter": (str, "redis"),
+        "worker_digits": (int, 2),
+        **LEASE_OPTIONS,
+    }
+
+    def layout(self, spec: SequenceSpec) -> TimestampLayout:
+        counter = self.option(spec, "counter")
+        if counter not in COUNTERS:
+            raise InvalidDefinition(
+                f"Sequence {spec.name!r}: options['counter'] must be one of {COUNTERS}; "
+                f"got {shown(counter)}."
+            )
+        return TimestampLayout.from_options(
+            dict(spec.options), local=counter == "local", name=spec.name
+        )
+
+    def validate(self, spec: SequenceSpec) -> None:
+        super().validate(spec)
+        layout = self.layout(spec)
+        if layout.worker_digits:
+            check_lease_options(self, spec, layout.max_worker)
+        elif "worker_store" in spec.options:
+            raise InvalidDefinition(
+                f"Sequence {spec.name!r}: options['worker_store'] applies to counter 'local' only."
+            )
+
+    def build(
+        self,
+        spec: SequenceSpec,
+        alias: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        sleep: Callable[[float], None] = time.sleep,
+        heartbeat: bool = True,
+    ) -> IdGenerator:
+        """``clock``, ``sleep`` and ``heartbeat=False`` are for tests."""
+        layout = self.layout(spec)
+        if layout.worker_digits:
+            return build_leased(
+                self,
+                spec,
+                alias,
+                layout,
+                LocalTimestampGenerator,
+                clock=clock,
+                sleep=sleep,
+                heartbeat=heartbeat,
+            )
+        tolerance = self.option(spec, "clock_tolerance_ms")
+        redis_alias = self.option(spec, "redis_alias")
+        return RedisTimestampGenerator(
+            spec.name,
+            layout,
+            redis_counter(spec.name, redisconn.resolve_alias(redis_alias)),
+            tolerance_ms=tolerance,
+            clock=clock,
+            sleep=sleep,
+        )
