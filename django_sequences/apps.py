@@ -13,9 +13,11 @@ class DjangoSequencesConfig(AppConfig):
         from django.core.signals import setting_changed
 
         # here, not at module level: the models and the registry need the app registry ready
-        from . import checks, registry
+        from . import checks, plugins, registry
         from .conf import add_listener, on_setting_changed
+        from .ops.stats import flush_rate_stats
 
         checks.install()  # the settings checks that need plugins and strategies
         add_listener(registry.reset)
+        plugins.set_flush_hook(flush_rate_stats)  # RateStats' flusher writes IssueStat rows
         setting_changed.connect(on_setting_changed, dispatch_uid="django_sequences.settings")

@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -268,13 +269,12 @@ class RateStats(BasePlugin):
     def _flush_loop(self) -> None:
         from django.db import connections
 
-        from .stats import flush_rate_stats
-
         assert self.flush_every is not None
         stop = self._stop
         while not stop.wait(self.flush_every):
             try:
-                flush_rate_stats()
+                if _flush_hook is not None:
+                    _flush_hook()
             except Exception:  # a database down now: the counts are kept, flushed next time
                 log.warning("flushing the rate statistics failed", exc_info=True)
             finally:
@@ -331,3 +331,14 @@ def decorate_status(status: Status, name: str, using: str | None) -> Status:
     per_minute = [c for _t, c in s.series(name, using)[-60:]]
     details = {**status.details, "per_minute": per_minute}
     return replace(status, rate=s.rate(name, using), details=details)
+
+
+#: What the flusher thread calls: ``ops.stats.flush_rate_stats``, handed over by the app's
+#: ``ready()`` (plugins sit below the operations layer and never import it).
+_flush_hook: Callable[[], object] | None = None
+
+
+def set_flush_hook(fn: Callable[[], object] | None) -> None:
+    """Set what :class:`RateStats`'s flusher thread calls every ``flush_every`` seconds."""
+    global _flush_hook
+    _flush_hook = fn

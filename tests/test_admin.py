@@ -26,7 +26,7 @@ from django_sequences.models import (
     Sequence,
     WorkerLease,
 )
-from django_sequences.stats import minute_of
+from django_sequences.ops.stats import minute_of
 
 # the lease runs on its own connection and commits: the tests see real, committed rows
 pytestmark = pytest.mark.django_db(transaction=True)

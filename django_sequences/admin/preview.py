@@ -19,6 +19,7 @@ from django.utils.translation import gettext_lazy as _
 from ..core.base import SequenceSpec
 from ..core.validation import check_bounds
 from ..exceptions import InvalidDefinition
+from ..formats.context import ContextKeyConflict, put_dotted
 from ..models import Segment
 from ..numbers import check_template, compile_template, render_preview
 from ..strategies import validate
@@ -166,14 +167,12 @@ def parse_context(text: str) -> dict[str, Any]:
             raise ValueError(
                 f"Preview context, line {n}: write key=value (area=010); got {line!r}."
             )
-        *parents, leaf = key.split(".")
-        node = out
-        for part in parents:
-            found = node.setdefault(part, {})
-            if not isinstance(found, dict):
-                raise ValueError(f"Preview context, line {n}: {part!r} is already a value.")
-            node = found
-        node[leaf] = value.strip()
+        try:  # a later a=… replaces an earlier a.b=… here; the HTTP API refuses that
+            put_dotted(out, key, value.strip(), replace_parent=True)
+        except ContextKeyConflict as exc:
+            raise ValueError(
+                f"Preview context, line {n}: {exc.part!r} is already a value."
+            ) from None
     return out
 
 

@@ -63,7 +63,7 @@ class SequenceCommand(BaseCommand):
             try:
                 self.run(options)
             except SequenceNotFound as exc:
-                from ..operations import missing_hint
+                from ..ops.overview import missing_hint
 
                 hint = missing_hint(exc.name, options.get("database"))
                 raise CommandError(self.UNKNOWN.format(name=exc.name, hint=hint)) from exc
