@@ -34,8 +34,8 @@ from django_sequences.sources.autoincrement import (
     counter_key,
     table_name,
 )
-from django_sequences.strategies.autoincrement import create_tables
 from django_sequences.sources.connections import lease_connection
+from django_sequences.strategies.autoincrement import create_tables
 
 from .conftest import assert_unique, run_threads
 
