@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
 from .core import retry
@@ -34,7 +33,12 @@ from .exceptions import (
     SequenceNotFound,
 )
 from .sources import writers
-from .sources.connections import lease_connection, resolve_alias
+from .sources.connections import (
+    insert,
+    on_private,
+    resolve_alias,
+    select,
+)
 
 _T = TypeVar("_T")
 
@@ -67,39 +71,6 @@ if TYPE_CHECKING:
     from .models import Segment, Sequence
 
 
-def _select(w: BaseDatabaseWrapper, qs: models.QuerySet[Any, Any]) -> list[Any]:
-    """Run a ``values_list`` queryset on the private connection ``w``."""
-    return list(qs.query.get_compiler(connection=w).results_iter())
-
-
-def _insert(w: BaseDatabaseWrapper, obj: models.Model) -> None:
-    """INSERT ``obj`` on the private connection ``w`` (the ORM's own insert path)."""
-    meta = obj._meta
-    fields = [
-        f
-        for f in meta.local_concrete_fields
-        if not getattr(f, "generated", False) and not (f.primary_key and obj.pk is None)
-    ]
-    q = InsertQuery(type(obj))
-    q.insert_values(fields, [obj])
-    rows = q.get_compiler(connection=w).execute_sql([meta.pk])
-    if rows and obj.pk is None:
-        obj.pk = rows[0][0]
-
-
-def _insert_many(w: BaseDatabaseWrapper, objs: list[Any]) -> None:
-    """INSERT ``objs`` (one model, no pk set) on the private connection ``w`` in one
-    statement per 500 rows."""
-    if not objs:
-        return
-    meta = objs[0]._meta
-    fields = [f for f in meta.local_concrete_fields if not f.primary_key]
-    for start in range(0, len(objs), 500):
-        q = InsertQuery(type(objs[0]))
-        q.insert_values(fields, objs[start : start + 500])
-        q.get_compiler(connection=w).execute_sql(None)
-
-
 class SequenceManager(models.Manager["Sequence"]):
     def spec(self, name: str, *, using: str | None = None) -> SequenceSpec | None:
         """The committed definition of ``name``, or None; read on the private connection
@@ -108,7 +79,7 @@ class SequenceManager(models.Manager["Sequence"]):
         from .conf import SEQUENCE_FIELDS
 
         qs = self.model.objects.filter(name=name).values_list("name", *SEQUENCE_FIELDS)
-        found = _on_private(alias, name, lambda w: _select(w, qs))
+        found = on_private(alias, name, lambda w: select(w, qs))
         if not found:
             return None
         stored, strategy, step, lo, hi, cycle, template, options, reset = found[0]
@@ -366,8 +337,8 @@ class SequenceManager(models.Manager["Sequence"]):
             seq.pk = None  # a retry after a lost connection starts over
             w.set_autocommit(False)
             try:
-                _insert(w, seq)
-                _insert(w, _row_for(w, seq, name))
+                insert(w, seq)
+                insert(w, _row_for(w, seq, name))
                 w.commit()
                 return True
             except IntegrityError:
@@ -379,7 +350,7 @@ class SequenceManager(models.Manager["Sequence"]):
             finally:
                 w.set_autocommit(True)
 
-        if not _on_private(alias, name, write):
+        if not on_private(alias, name, write):
             if not exist_ok:
                 raise InvalidDefinition(
                     f"A sequence named {name!r} exists already; pass exist_ok=True to reuse "
@@ -445,7 +416,7 @@ def _mark_of(w: BaseDatabaseWrapper, key: str) -> int:
     smallest BIGINT when none was deleted."""
     from .models import SeriesMark
 
-    found = _select(w, SeriesMark.objects.filter(key=key).values_list("value"))
+    found = select(w, SeriesMark.objects.filter(key=key).values_list("value"))
     return int(found[0][0]) if found else -BIGINT_MAX - 1
 
 
@@ -627,11 +598,11 @@ def _provision_shard_rows(spec: SequenceSpec, alias: str, *, dry_run: bool, new:
         return keys
 
     def write(w: BaseDatabaseWrapper) -> list[str]:
-        have = {k for (k,) in _select(w, Segment.objects.filter(key__in=keys).values_list("key"))}
+        have = {k for (k,) in select(w, Segment.objects.filter(key__in=keys).values_list("key"))}
         missing = [k for k in keys if k not in have]
         if dry_run or not missing:
             return missing
-        found = _select(
+        found = select(
             w,
             Sequence.objects.filter(name=spec.name).values_list(
                 "pk", "step", "min_value", "max_value"
@@ -644,13 +615,13 @@ def _provision_shard_rows(spec: SequenceSpec, alias: str, *, dry_run: bool, new:
         made = []
         for key in missing:
             try:
-                _insert(w, _row_for(w, seq, key))
+                insert(w, _row_for(w, seq, key))
             except IntegrityError:  # another process made it first: fine
                 continue
             made.append(key)
         return made
 
-    return _on_private(alias, spec.name, write)
+    return on_private(alias, spec.name, write)
 
 
 class SegmentManager(models.Manager["Segment"]):
@@ -715,7 +686,7 @@ class SegmentManager(models.Manager["Segment"]):
         alias = resolve_alias(using)
         name = sequence or key
         return _contended(
-            key, lambda: _on_private(alias, key, lambda w: self._lease_once(w, key, count, name))
+            key, lambda: on_private(alias, key, lambda w: self._lease_once(w, key, count, name))
         )
 
     def increment(
@@ -748,7 +719,7 @@ class SegmentManager(models.Manager["Segment"]):
         if not gapless:
             return _contended(
                 key,
-                lambda: _on_private(
+                lambda: on_private(
                     alias, key, lambda w: self._increment_on(w, key, count, name, True)
                 ),
             )
@@ -831,7 +802,7 @@ class SegmentManager(models.Manager["Segment"]):
         shard and period rows a definition gets on first use."""
         from .models import Sequence
 
-        found = _select(
+        found = select(
             w,
             Sequence.objects.filter(name=name).values_list("pk", "step", "min_value", "max_value"),
         )
@@ -840,7 +811,7 @@ class SegmentManager(models.Manager["Segment"]):
         pk, step, lo, hi = found[0]
         seq = Sequence(pk=pk, name=name, step=step, min_value=lo, max_value=hi)
         with contextlib.suppress(IntegrityError):  # another process created it first: fine
-            _insert(w, _row_for(w, seq, key))
+            insert(w, _row_for(w, seq, key))
 
 
 def _returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> int | None:
@@ -933,24 +904,6 @@ def _contended(key: str, attempt: Callable[[], tuple[int, int] | None]) -> tuple
 def _check_key(key: object) -> None:
     if not isinstance(key, str) or not key or len(key) > 191:
         raise InvalidName(f"A counter-row key is a str of 1 to 191 characters; got {key!r}.")
-
-
-def _on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
-    """Run ``fn`` on the private connection of ``alias``; after a database error, reconnect and
-    try once more (the server may have restarted), then raise :class:`BackendUnavailable`."""
-    conn = lease_connection(alias)
-    for attempt in (1, 2):
-        try:
-            with conn.use() as w:
-                return fn(w)
-        except DatabaseError as exc:
-            conn.discard()
-            if attempt == 2:
-                raise BackendUnavailable(
-                    f"Database {alias!r} failed while working on {key!r}: {exc}. Check that "
-                    f"it is up and that `migrate` has run."
-                ) from exc
-    raise AssertionError("unreachable")
 
 
 class _LeaseSQL:

@@ -190,9 +190,8 @@ class IssueLog(BasePlugin):
     def write(self, event: IssueEvent) -> None:
         from django.utils import timezone
 
-        from .managers import _insert_many, _on_private
         from .models import IssuedNumber
-        from .sources.connections import resolve_alias
+        from .sources.connections import insert_many, on_private, resolve_alias
 
         values = list(event.values or [])
         numbers = event.numbers or [""] * len(values)
@@ -210,7 +209,7 @@ class IssueLog(BasePlugin):
             for v, n in zip(values, numbers, strict=True)
         ]
         alias = resolve_alias(event.using)
-        _on_private(alias, event.name, lambda w: _insert_many(w, rows))
+        on_private(alias, event.name, lambda w: insert_many(w, rows))
 
 
 # --- RateStats ------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from django.test import override_settings
 
 from django_sequences.core import retry
 from django_sequences.exceptions import LeaseContention
-from django_sequences.managers import _contended, _on_private
-from django_sequences.sources.connections import lease_connection, resolve_alias
+from django_sequences.managers import _contended
+from django_sequences.sources.connections import lease_connection, on_private, resolve_alias
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,7 +46,7 @@ def test_regression_a_lease_retry_slept_holding_the_lease_connection_lock(
             tries.append(1)
             return None if len(tries) < 3 else (1, 1)
 
-        return _on_private(alias, "k", once)
+        return on_private(alias, "k", once)
 
     def sleep(seconds: float) -> None:
         free_while_sleeping.append(_free_elsewhere(lock))

@@ -31,9 +31,10 @@ from django.db.models import F
 from django.test import override_settings
 from django.utils import timezone
 
-from django_sequences import managers, next_number, next_value, numbers, tasks
+from django_sequences import next_number, next_value, numbers, tasks
 from django_sequences.models import IssueStat, Segment, Sequence, WorkerLease
 from django_sequences.ops import maintenance, stats
+from django_sequences.sources import connections as private
 from django_sequences.sources import workers as leases
 from django_sequences.sources.redis import RedisWindowStore
 
@@ -302,7 +303,7 @@ def test_a_lease_renewed_between_the_reaps_read_and_its_write_is_left_alone(
     m = WorkerLease.objects
     assert m.acquire("ns", 0, owner="a" * 32, ttl=0.2, ahead=5) is not None
     time.sleep(0.3)
-    read = managers._select
+    read = private.select
 
     def read_then_renew(w: Any, qs: Any) -> list[Any]:
         found = read(w, qs)
@@ -312,7 +313,7 @@ def test_a_lease_renewed_between_the_reaps_read_and_its_write_is_left_alone(
         )
         return found
 
-    monkeypatch.setattr(managers, "_select", read_then_renew)
+    monkeypatch.setattr(private, "select", read_then_renew)
     assert m.reap() == []
     assert m.get(namespace="ns").owner_uuid == "a" * 32
 

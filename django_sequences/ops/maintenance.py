@@ -24,11 +24,10 @@ from ..core.base import SequenceSpec
 from ..core.chunks import OUTCOMES
 from ..core.hwm import period_stamp
 from ..exceptions import SequenceError
-from ..managers import _on_private, _select
 from ..models import Segment, Sequence
 from ..numbers import check_template, compile_template
 from ..sources import workers
-from ..sources.connections import resolve_alias
+from ..sources.connections import on_private, resolve_alias, select
 from ..sources.redis import RedisWindowStore
 from ..sources.redisconn import Script
 from ..strategies import Strategy, validate
@@ -234,7 +233,7 @@ def prewarm_periods(
 
     def create(w: BaseDatabaseWrapper) -> list[str]:
         qs = Segment.objects.filter(key__in=list(wanted)).values_list("key")
-        have = {k for (k,) in _select(w, qs)}
+        have = {k for (k,) in select(w, qs)}
         made = []
         for key, name in wanted.items():
             if key in have:
@@ -247,7 +246,7 @@ def prewarm_periods(
             made.append(key)
         return made
 
-    return _on_private(alias, "next period's counter rows", create)
+    return on_private(alias, "next period's counter rows", create)
 
 
 def _epoch(now: datetime | float | None) -> float:

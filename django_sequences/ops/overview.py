@@ -22,10 +22,9 @@ from ..conf import app_settings
 from ..core.base import SequenceSpec
 from ..core.failover import FailoverGenerator
 from ..exceptions import SequenceError, SequenceNotFound
-from ..managers import _on_private, _select
 from ..models import Segment, Sequence, WorkerLease
 from ..sources import redisconn
-from ..sources.connections import resolve_alias
+from ..sources.connections import on_private, resolve_alias, select
 from ..sources.workers import db_now
 from ..strategies import strategy_for
 from ..strategies.wrappers import label
@@ -209,10 +208,10 @@ def partition_health(spec: SequenceSpec, alias: str) -> list[dict[str, Any]]:
 
 
 def _probe(inner: SequenceSpec, alias: str, d: dict[str, Any]) -> None:
-    found = _on_private(
+    found = on_private(
         alias,
         inner.name,
-        lambda w: _select(
+        lambda w: select(
             w, Segment.objects.filter(key=inner.name).values_list("value", "min_value", "max_value")
         ),
     )

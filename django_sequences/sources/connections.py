@@ -18,17 +18,20 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.sql import InsertQuery
 from django.db.utils import load_backend
 
 from ..core import forking
 from ..core.validation import check_using, shown
-from ..exceptions import ConfigurationError
+from ..exceptions import BackendUnavailable, ConfigurationError
+
+_T = TypeVar("_T")
 
 # Inherited connections parked in a forked child so that garbage collection never closes them.
 _orphans: list[Any] = []
@@ -122,3 +125,57 @@ def resolve_alias(using: str | None) -> str:
 
         alias = router.db_for_write(Segment) or DEFAULT_DB_ALIAS
     return str(alias)
+
+
+# --- statements on the private connection (managers, stores, plugins) -----------------------
+
+
+def select(w: BaseDatabaseWrapper, qs: models.QuerySet[Any, Any]) -> list[Any]:
+    """Run a ``values_list`` queryset on the private connection ``w``."""
+    return list(qs.query.get_compiler(connection=w).results_iter())
+
+
+def insert(w: BaseDatabaseWrapper, obj: models.Model) -> None:
+    """INSERT ``obj`` on the private connection ``w`` (the ORM's own insert path)."""
+    meta = obj._meta
+    fields = [
+        f
+        for f in meta.local_concrete_fields
+        if not getattr(f, "generated", False) and not (f.primary_key and obj.pk is None)
+    ]
+    q = InsertQuery(type(obj))
+    q.insert_values(fields, [obj])
+    rows = q.get_compiler(connection=w).execute_sql([meta.pk])
+    if rows and obj.pk is None:
+        obj.pk = rows[0][0]
+
+
+def insert_many(w: BaseDatabaseWrapper, objs: list[Any]) -> None:
+    """INSERT ``objs`` (one model, no pk set) on the private connection ``w`` in one
+    statement per 500 rows."""
+    if not objs:
+        return
+    meta = objs[0]._meta
+    fields = [f for f in meta.local_concrete_fields if not f.primary_key]
+    for start in range(0, len(objs), 500):
+        q = InsertQuery(type(objs[0]))
+        q.insert_values(fields, objs[start : start + 500])
+        q.get_compiler(connection=w).execute_sql(None)
+
+
+def on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
+    """Run ``fn`` on the private connection of ``alias``; after a database error, reconnect and
+    try once more (the server may have restarted), then raise :class:`BackendUnavailable`."""
+    conn = lease_connection(alias)
+    for attempt in (1, 2):
+        try:
+            with conn.use() as w:
+                return fn(w)
+        except DatabaseError as exc:
+            conn.discard()
+            if attempt == 2:
+                raise BackendUnavailable(
+                    f"Database {alias!r} failed while working on {key!r}: {exc}. Check that "
+                    f"it is up and that `migrate` has run."
+                ) from exc
+    raise AssertionError("unreachable")

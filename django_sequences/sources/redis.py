@@ -491,10 +491,10 @@ def _loads(cls: type) -> dict[str, int]:
 def read_row_value(key: str, alias: str) -> int | None:
     """The committed ``value`` of counter row ``key`` (None: no row yet), read on the private
     connection (outside the caller's transaction, safe in a forked child)."""
-    from ..managers import _on_private, _select
     from ..models import Segment
+    from .connections import on_private, select
 
-    found = _on_private(
-        alias, key, lambda w: _select(w, Segment.objects.filter(key=key).values_list("value"))
+    found = on_private(
+        alias, key, lambda w: select(w, Segment.objects.filter(key=key).values_list("value"))
     )
     return int(found[0][0]) if found else None

@@ -270,14 +270,13 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
         a fence.
         """
         from ..conf import app_settings
-        from ..managers import _on_private
-        from .connections import resolve_alias
+        from .connections import on_private, resolve_alias
 
         alias = resolve_alias(using)
         rounds: int = app_settings.LEASE_RETRIES
         backoff: float = app_settings.LEASE_BACKOFF
         for attempt in range(rounds):
-            found, contended, fenced = _on_private(
+            found, contended, fenced = on_private(
                 alias,
                 f"worker id of {namespace}",
                 lambda w: self._acquire_on(
@@ -301,12 +300,12 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
         )
 
     def _rows(self, w: BaseDatabaseWrapper, namespace: str, max_worker: int | None) -> list[Any]:
-        from ..managers import _select
+        from .connections import select
 
         qs = self.model.objects.filter(namespace=namespace)
         if max_worker is not None:
             qs = qs.filter(worker_id__lte=max_worker)
-        return _select(w, qs.order_by("worker_id").values_list(*_ROW))
+        return select(w, qs.order_by("worker_id").values_list(*_ROW))
 
     def _acquire_on(
         self,
@@ -322,7 +321,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
     ) -> tuple[StoreGrant | None, bool, datetime | None]:
         """One attempt: (the grant or None, whether another process got in the way, the end
         of the latest live fence of the namespace or None)."""
-        from ..managers import _insert
+        from .connections import insert
 
         now, current = _now_and_writer(w)
         ident = writers.identity_sql(w) if current else None
@@ -393,7 +392,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
                 namespace=namespace, worker_id=worker_id, last_timestamp=ahead, version=1, **fields
             )
             try:
-                _insert(w, lease)
+                insert(w, lease)
             except IntegrityError:  # another process inserted it first
                 contended = True
                 tried += 1
@@ -488,8 +487,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
         ``alive()`` (its lease is live by its own clock) holds before and after the round
         trip, whatever its ``version`` says (None: always).
         """
-        from ..managers import _on_private
-        from .connections import resolve_alias
+        from .connections import on_private, resolve_alias
 
         def renew_on(w: BaseDatabaseWrapper) -> int | None:
             now, current = _now_and_writer(w)
@@ -518,7 +516,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
                 max_worker, margin_ticks(bound, tick_ns), alive,
             )  # fmt: skip
 
-        return _on_private(resolve_alias(using), f"worker id of {namespace}", renew_on)
+        return on_private(resolve_alias(using), f"worker id of {namespace}", renew_on)
 
     def _renew_fenced(
         self,
@@ -537,20 +535,20 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
     ) -> int | None:
         """The holder's renewal of a row that is fenced, or that another server wrote (fenced
         here first); see :meth:`renew`."""
-        from ..managers import _select
+        from .connections import select
 
         ident = writers.identity_sql(w)
         assert ident is not None
         one = self.model.objects.filter(namespace=namespace, worker_id=worker_id)
         cols = ("owner_uuid", "version", "writer", "renewed_at", "expires_at")
-        found = _select(w, one.values_list(*cols))
+        found = select(w, one.values_list(*cols))
         if not found or found[0][0] != owner:
             return None  # taken over, released, or its acquisition was lost
         if found[0][2] not in ("", current):
             until = now + timedelta(seconds=fence_seconds(ttl))
             rows = self._rows(w, namespace, max_worker)
             self._fence(w, namespace, max_worker, rows, current, until, bound, margin)
-            found = _select(w, one.values_list(*cols))
+            found = select(w, one.values_list(*cols))
             if not found or found[0][0] != owner:
                 return None
         _owner, row_version, writer, renewed_at, expires_at = found[0]
@@ -595,8 +593,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
         """Give a lease back if it is still ours, recording ``last`` as its last_timestamp.
         Not through a failover fence, nor on a row another server wrote (the guard on): such a
         row stays fenced, or is fenced by the next acquisition, until it expires."""
-        from ..managers import _on_private
-        from .connections import resolve_alias
+        from .connections import on_private, resolve_alias
 
         def release_on(w: BaseDatabaseWrapper) -> int:
             ident = writers.identity_sql(w)
@@ -619,7 +616,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
                     )
             return _update(w, qs, values)
 
-        return bool(_on_private(resolve_alias(using), f"worker id of {namespace}", release_on))
+        return bool(on_private(resolve_alias(using), f"worker id of {namespace}", release_on))
 
     def reap(
         self, *, namespace: str | None = None, dry_run: bool = False, using: str | None = None
@@ -636,15 +633,14 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
         lease renewed meanwhile is left alone, and of two concurrent reaps only one changes a
         row and reports it. Leases in the Redis store expire by themselves; nothing to reap.
         """
-        from ..managers import _on_private, _select
-        from .connections import resolve_alias
+        from .connections import on_private, resolve_alias, select
 
         def reap_on(w: BaseDatabaseWrapper) -> list[ReapedLease]:
             now = db_now(w)
             qs = self.model.objects.filter(expires_at__isnull=False, expires_at__lte=now)
             if namespace is not None:
                 qs = qs.filter(namespace=namespace)
-            found = _select(
+            found = select(
                 w,
                 qs.order_by("namespace", "worker_id").values_list(
                     "namespace",
@@ -673,7 +669,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
                 reaped.append(ReapedLease(ns, worker_id, host, pid, expires_at, last))
             return reaped
 
-        return _on_private(resolve_alias(using), "expired worker leases", reap_on)
+        return on_private(resolve_alias(using), "expired worker leases", reap_on)
 
 
 @dataclass(frozen=True)
