@@ -53,6 +53,7 @@ import time
 import zlib
 from typing import Any
 
+from django.apps import apps
 from django.apps.registry import Apps
 from django.db import DatabaseError, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -109,8 +110,8 @@ def make_tables(name: str, tables: list[tuple[str, str]], *, dry_run: bool = Fal
     table's :class:`~django_sequences.models.CounterWriter` row is made too (on the table's
     database, which therefore needs django_sequences' migrations: :class:`ConfigurationError`
     says so if they are missing). Rows are not listed in what was made."""
-    from ..models import CounterWriter
-
+    # the model by name: the stores import no model (the app registry is ready by now)
+    counter_writer: Any = apps.get_model("django_sequences", "CounterWriter")
     made = []
     existing: dict[str, list[str]] = {}
     for table_alias, table in tables:
@@ -118,10 +119,10 @@ def make_tables(name: str, tables: list[tuple[str, str]], *, dry_run: bool = Fal
         guarded = writers.identity_sql(conn) is not None and writers.enabled()
         if table_alias not in existing:
             existing[table_alias] = conn.introspection.table_names()
-            if guarded and CounterWriter._meta.db_table not in existing[table_alias]:
+            if guarded and counter_writer._meta.db_table not in existing[table_alias]:
                 raise ConfigurationError(
                     f"Sequence {name!r}: database {table_alias!r} is to hold "
-                    f"auto-increment tables but has no {CounterWriter._meta.db_table} table, "
+                    f"auto-increment tables but has no {counter_writer._meta.db_table} table, "
                     f"where the failover guard records which server last inserted into each: "
                     f"run `python manage.py migrate django_sequences --database "
                     f"{table_alias}` (or set DJANGO_SEQUENCES['FAILOVER_GUARD'] = False)."
@@ -132,7 +133,7 @@ def make_tables(name: str, tables: list[tuple[str, str]], *, dry_run: bool = Fal
                 with conn.schema_editor() as editor:
                     editor.create_model(table_model(table))
         if guarded and not dry_run:
-            CounterWriter.objects.using(table_alias).get_or_create(key=counter_key(table))
+            counter_writer.objects.using(table_alias).get_or_create(key=counter_key(table))
     return made
 
 
@@ -335,10 +336,9 @@ class _WriterSQL:
     __slots__ = ("create", "lock", "pace", "update")
 
     def __init__(self, w: BaseDatabaseWrapper) -> None:
-        from ..models import CounterWriter
-
+        # the model by name: the stores import no model (the app registry is ready by now)
         qn = w.ops.quote_name
-        meta: Any = CounterWriter._meta
+        meta: Any = apps.get_model("django_sequences", "CounterWriter")._meta
 
         def col(name: str) -> str:
             return qn(meta.get_field(name).column)

@@ -22,11 +22,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import InsertQuery
 from django.db.utils import load_backend
 
+from ..conf import app_settings
 from ..core import forking
 from ..core.validation import check_using, shown
 from ..exceptions import BackendUnavailable, ConfigurationError
@@ -117,13 +119,11 @@ def resolve_alias(using: str | None) -> str:
                 f"{sorted(connections.settings)}."
             )
         return using
-    from ..conf import app_settings
-
     alias = app_settings.DATABASE
     if alias is None:
-        from ..models import Segment
-
-        alias = router.db_for_write(Segment) or DEFAULT_DB_ALIAS
+        # the model by name: the stores import no model (the app registry is ready by now)
+        segment = apps.get_model("django_sequences", "Segment")
+        alias = router.db_for_write(segment) or DEFAULT_DB_ALIAS
     return str(alias)
 
 

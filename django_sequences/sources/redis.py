@@ -53,6 +53,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from django.apps import apps
+
 from ..core.chunks import REPLACED
 from ..core.hwm import (
     FULL,
@@ -63,6 +65,7 @@ from ..core.hwm import (
 from ..core.validation import BIGINT_MAX
 from ..exceptions import BackendUnavailable
 from . import writers
+from .connections import on_private, select
 from .redisconn import RedisStore, Script
 
 # a <= b for two integers written in decimal (as Redis writes them), exact at any size
@@ -491,10 +494,10 @@ def _loads(cls: type) -> dict[str, int]:
 def read_row_value(key: str, alias: str) -> int | None:
     """The committed ``value`` of counter row ``key`` (None: no row yet), read on the private
     connection (outside the caller's transaction, safe in a forked child)."""
-    from ..models import Segment
-    from .connections import on_private, select
+    # the model by name: the stores import no model (the app registry is ready by now)
+    segment: Any = apps.get_model("django_sequences", "Segment")
 
     found = on_private(
-        alias, key, lambda w: select(w, Segment.objects.filter(key=key).values_list("value"))
+        alias, key, lambda w: select(w, segment.objects.filter(key=key).values_list("value"))
     )
     return int(found[0][0]) if found else None

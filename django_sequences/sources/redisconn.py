@@ -22,6 +22,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from django.conf import settings
+from django.core.cache import caches
+
+from ..conf import app_settings
 from ..core import forking
 from ..exceptions import BackendUnavailable, ConfigurationError
 
@@ -70,7 +74,7 @@ class _Errors:
 
     def __init__(self) -> None:
         import_redis()
-        from redis import exceptions as rx
+        from redis import exceptions as rx  # redis-py is optional: imported on first use
 
         self.dropped: tuple[type[Exception], ...] = (rx.ConnectionError, rx.TimeoutError)
         self.response = rx.ResponseError
@@ -91,23 +95,19 @@ def errors() -> _Errors:
 def resolve_alias(alias: str | None) -> str:
     """The cache alias: the sequence's ``options["redis_alias"]`` or ``REDIS_ALIAS``."""
     if alias is None:
-        from ..conf import app_settings
-
         alias = str(app_settings.REDIS_ALIAS)
     return alias
 
 
 def client(alias: str) -> Redis:
     """The redis-py client behind django-redis cache ``alias``."""
-    from django.conf import settings
-
     if alias not in settings.CACHES:
         raise ConfigurationError(
             f"Redis alias {alias!r} is not a key of CACHES; set DJANGO_SEQUENCES['REDIS_ALIAS'] "
             f"or the sequence's options['redis_alias'] to a django-redis cache."
         )
     import_redis()
-    try:
+    try:  # django-redis is optional: imported on first use
         from django_redis import get_redis_connection
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ConfigurationError(
@@ -125,8 +125,6 @@ def client(alias: str) -> Redis:
 
 def make_key(alias: str, key: str) -> str:
     """``key`` with the cache's prefix and version, as the cache itself would store it."""
-    from django.core.cache import caches
-
     import_redis()  # (caches[alias] imports django-redis, and with it redis-py)
     return str(caches[alias].make_key(key))
 

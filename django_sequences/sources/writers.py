@@ -42,6 +42,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..conf import app_settings
+from ..signals import counter_moved_ahead
 
 log = logging.getLogger("django_sequences.failover")
 
@@ -190,8 +191,6 @@ def record_jump(
         before,
         after,
     )
-    from ..signals import counter_moved_ahead
-
     counter_moved_ahead.send(sender=store, jump=jump)
     return jump
 
