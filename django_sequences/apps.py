@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from .conf import add_listener, on_setting_changed
+
 
 class DjangoSequencesConfig(AppConfig):
     name = "django_sequences"
@@ -14,7 +16,6 @@ class DjangoSequencesConfig(AppConfig):
 
         # here, not at module level: the models and the registry need the app registry ready
         from . import checks, plugins, registry
-        from .conf import add_listener, on_setting_changed
         from .ops.stats import flush_rate_stats
 
         checks.install()  # the settings checks that need plugins and strategies

@@ -20,8 +20,10 @@ from .conf import (
     sequence_defaults,
 )
 from .core.base import SequenceSpec
+from .core.snowflake import Layout
 from .core.validation import check_bounds, check_name
-from .exceptions import ConfigurationError, InvalidDefinition, InvalidName
+from .exceptions import ConfigurationError, InvalidDefinition, InvalidName, SequenceError
+from .formats.template import compile
 from .plugins import build_plugins
 from .strategies import validate
 
@@ -74,9 +76,6 @@ def check_snowflake_overflow(app_configs: Any = None, **kwargs: Any) -> list[Che
 
     from django.core.checks import Warning as CheckWarning
 
-    from .core.snowflake import Layout
-    from .exceptions import InvalidDefinition
-
     raw = getattr(settings, SETTING, {})
     seqs = raw.get("SEQUENCES") if isinstance(raw, dict) else None
     if not isinstance(seqs, dict):
@@ -118,9 +117,7 @@ def check_obfuscation_key(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     from django.apps import apps
     from django.core.checks import Warning as CheckWarning
 
-    from .exceptions import SequenceError
     from .fields import SequenceField
-    from .formats.template import compile
 
     raw = getattr(settings, SETTING, {})
     raw = raw if isinstance(raw, dict) else {}

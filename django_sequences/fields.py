@@ -20,8 +20,9 @@ from django.core import checks
 from django.db import models
 from django.db.models.signals import class_prepared
 
+from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
-from .exceptions import InvalidName, SequenceError
+from .exceptions import InvalidDefinition, InvalidName, SequenceError
 
 
 class _SequenceFieldMixin:
@@ -158,8 +159,6 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
         template that lives only in the database is checked when it is defined."""
         from django.conf import settings
 
-        from .core.base import SequenceSpec
-        from .exceptions import InvalidDefinition
         from .numbers import compile_template
 
         declared = getattr(settings, "DJANGO_SEQUENCES", {})

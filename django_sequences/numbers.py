@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
+from .conf import SETTING, app_settings
 from .core import forking
 from .core.base import IdGenerator, SequenceSpec
 from .core.clock import SYSTEM_CLOCK, Clock
+from .core.plugins import IssueEvent
 from .core.validation import check_count, check_name, check_using
 from .exceptions import (
     ConfigurationError,
@@ -34,7 +36,9 @@ from .exceptions import (
     SequenceError,
     TemplateError,
 )
+from .formats.template import compile
 from .signals import number_issued
+from .sources.connections import resolve_alias
 
 if TYPE_CHECKING:
     from .core.plugins import Chain
@@ -65,8 +69,6 @@ def format_settings() -> FormatSettings:
 
     from django.conf import settings
 
-    from .conf import SETTING
-
     raw = getattr(settings, SETTING, {})
     raw = raw if isinstance(raw, dict) else {}
     zone = raw.get("TIME_ZONE") or getattr(settings, "TIME_ZONE", None) or "UTC"
@@ -86,7 +88,6 @@ def format_settings() -> FormatSettings:
 
 def compile_template(spec: SequenceSpec, text: str | None = None) -> Template:
     """``text`` (default: the definition's template) compiled with the project's settings."""
-    from .formats.template import compile
 
     text = spec.template if text is None else text
     if not text:
@@ -317,7 +318,6 @@ class NumberIssuer:
         return gen.take(count) if count > 1 else [gen.next()]
 
     def _issue_plugged(self, count: int, contexts: list[Any]) -> list[str]:
-        from .core.plugins import IssueEvent
 
         chain = self._chain
         assert chain is not None
@@ -367,7 +367,6 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
         return found
     _check_arguments(name, using, template)
     from . import registry
-    from .sources.connections import resolve_alias
 
     with _issuers_lock:
         found = _issuers.get((using, name, template))
@@ -411,7 +410,6 @@ def next_number(name: str, *, using: str | None = None, **context: Any) -> str:
 
 def next_numbers(name: str, count: int, *, using: str | None = None, **context: Any) -> list[str]:
     """``count`` numbers of sequence ``name`` from one batch of values (one lease at most)."""
-    from .conf import app_settings
 
     check_count(count, app_settings.MAX_BATCH)
     found = issuer(name, using)

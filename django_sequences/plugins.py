@@ -21,10 +21,12 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from .conf import app_settings
 from .core import forking
 from .core.base import Status
 from .core.plugins import BasePlugin, Chain, IssueEvent, Plugin
 from .exceptions import ConfigurationError, SequenceError
+from .sources.connections import insert_many, on_private, resolve_alias
 
 log = logging.getLogger("django_sequences.plugins")
 
@@ -100,8 +102,6 @@ def loaded() -> list[tuple[frozenset[str] | None, Plugin]]:
     global _loaded
     found = _loaded
     if found is None:
-        from .conf import app_settings
-
         with _lock:
             found = _loaded
             if found is None:
@@ -139,7 +139,6 @@ def reset() -> None:
 def handle_refusal(name: str, error: SequenceError) -> None:
     """Call ``REJECTION_HANDLER`` with the refusal; its own failure is logged, never raised
     over the refusal."""
-    from .conf import app_settings
 
     if isinstance(error, ValueError):
         return  # bad input (a count, a key, a name): the caller's mistake, not a refusal
@@ -191,7 +190,6 @@ class IssueLog(BasePlugin):
         from django.utils import timezone
 
         from .models import IssuedNumber
-        from .sources.connections import insert_many, on_private, resolve_alias
 
         values = list(event.values or [])
         numbers = event.numbers or [""] * len(values)

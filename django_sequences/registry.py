@@ -15,9 +15,13 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from .conf import app_settings, sequence_defaults
+from .core import forking
 from .core.base import IdGenerator, SequenceSpec
+from .core.plugins import PluggedGenerator
 from .core.validation import check_name, check_using
 from .exceptions import SequenceError, SequenceNotFound
+from .sources.connections import resolve_alias
 
 if TYPE_CHECKING:
     from .core.plugins import Chain
@@ -36,7 +40,6 @@ def get(name: str, using: str | None) -> IdGenerator:
         pass
     check_name(name)
     check_using(using)
-    from .core import forking
 
     forking.on_fork(_new_locks_in_child)
     with _build_lock:
@@ -47,17 +50,13 @@ def get(name: str, using: str | None) -> IdGenerator:
             _built[(using, name)] = (spec, strategy)
             hooks = chain(name)
             if hooks is not None:
-                from .core.plugins import PluggedGenerator
-
                 gen = PluggedGenerator(gen, hooks, using=using)
             by_name[name] = gen
         return gen
 
 
 def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGenerator]:
-    from .conf import app_settings, sequence_defaults
     from .models import Sequence
-    from .sources.connections import resolve_alias
     from .strategies import validate
 
     alias = resolve_alias(using)

@@ -3,7 +3,10 @@ default) and ``strict`` (one atomic UPDATE per call or batch)."""
 
 from __future__ import annotations
 
+from ..conf import app_settings
 from ..core.base import IdGenerator, SequenceSpec
+from ..core.segment import SegmentGenerator, Sizing
+from ..core.strict import StrictGenerator
 from ..core.validation import shown
 from ..exceptions import InvalidDefinition
 from .base import Strategy
@@ -48,8 +51,6 @@ class SegmentStrategy(Strategy):
         return self.build_keyed(spec, alias, spec.name)
 
     def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
-        from ..conf import app_settings
-        from ..core.segment import SegmentGenerator, Sizing
         from ..models import Segment
 
         name = spec.name
@@ -95,7 +96,6 @@ class StrictStrategy(Strategy):
         return self.build_keyed(spec, alias, spec.name)
 
     def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
-        from ..core.strict import StrictGenerator
         from ..models import Segment
 
         gapless: bool = self.option(spec, "gapless")

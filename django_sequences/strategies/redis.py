@@ -8,6 +8,7 @@ import importlib.util
 from dataclasses import replace
 from typing import Any
 
+from ..conf import DEFAULTS, SETTING, app_settings
 from ..core.base import IdGenerator, SequenceSpec, Status
 from ..core.chunks import ChunkSource
 from ..core.hwm import (
@@ -75,8 +76,6 @@ class _RedisStrategyBase(Strategy):
         # app_settings checks DJANGO_SEQUENCES["SEQUENCES"].
         from django.conf import settings
 
-        from ..conf import DEFAULTS, SETTING
-
         raw = getattr(settings, SETTING, {})
         alias = raw.get("REDIS_ALIAS") if isinstance(raw, dict) else None
         return str(alias or DEFAULTS["REDIS_ALIAS"])
@@ -131,7 +130,6 @@ class RedisStrategy(_RedisStrategyBase):
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
-        from ..conf import app_settings
         from ..models import Segment
 
         name = spec.name
@@ -212,7 +210,6 @@ class RedisSegmentStrategy(_RedisStrategyBase):
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
-        from ..conf import app_settings
         from ..models import Segment
 
         name = spec.name

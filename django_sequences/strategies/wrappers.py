@@ -17,9 +17,13 @@ from typing import Any, ClassVar
 
 from django.db import connections
 
+from ..conf import app_settings
 from ..core.base import IdGenerator, SequenceSpec
-from ..core.validation import shown
-from ..exceptions import InvalidDefinition
+from ..core.failover import FailoverGenerator, Partition
+from ..core.lazy import Lazy
+from ..core.memorybits import MemoryBitsGenerator
+from ..core.validation import check_name, shown
+from ..exceptions import InvalidDefinition, InvalidName
 from .base import Strategy, strategy_for
 
 #: Strategies whose values respect a definition's bounds, so that ``inner << n | i`` stays
@@ -67,8 +71,6 @@ def inner_spec(
 def _check_inner(
     outer: SequenceSpec, inner: SequenceSpec, where: str, other_wrapper: str
 ) -> Strategy:
-    from ..core.validation import check_name
-    from ..exceptions import InvalidName
 
     if inner.strategy == outer.strategy:
         raise InvalidDefinition(
@@ -163,8 +165,6 @@ def ensure_inner(inner: SequenceSpec, alias: str, *, dry_run: bool = False) -> b
 def label(inner: SequenceSpec, alias: str) -> str:
     """Where a partition's values live, for people: the database alias, or the Redis alias."""
     if inner.strategy in ("redis", "redis_segment"):
-        from ..conf import app_settings
-
         redis_alias = inner.options.get("redis_alias") or app_settings.REDIS_ALIAS
         return f"redis:{redis_alias} (row on {alias})"
     return alias
@@ -227,7 +227,6 @@ class FailoverStrategy(_Wrapper):
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
-        from ..core.failover import FailoverGenerator, Partition
 
         parts = [
             Partition(i, label(inner, where), self._builder(inner, where, strategy))
@@ -284,9 +283,6 @@ class MemoryBitsStrategy(_Wrapper):
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
-        from ..conf import app_settings
-        from ..core.lazy import Lazy
-        from ..core.memorybits import MemoryBitsGenerator
 
         ((inner, where, strategy),) = self.inners(spec, alias)
         return MemoryBitsGenerator(
