@@ -32,9 +32,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_sequences import next_number, next_value, numbers, tasks
+from django_sequences.core import heartbeat
 from django_sequences.models import IssueStat, Segment, Sequence, WorkerLease
 from django_sequences.ops import maintenance, stats
-from django_sequences.sources import connections as private
 from django_sequences.sources import workers as leases
 from django_sequences.sources.redis import RedisWindowStore
 
@@ -233,7 +233,7 @@ def test_renew_worker_leases_renews_this_process_leases_once_per_call() -> None:
     name = unique_name("snow")
     Sequence.objects.define(name, strategy="snowflake")
     next_value(name)
-    hb = leases._default
+    hb = heartbeat.current()
     assert hb is not None
     hb.stop()  # only the calls below renew
     before = lease_row(name)
@@ -255,8 +255,9 @@ def test_renew_worker_leases_reports_a_lease_taken_over() -> None:
     name = unique_name("snow")
     Sequence.objects.define(name, strategy="snowflake")
     first = next_value(name)
-    assert leases._default is not None
-    leases._default.stop()
+    hb = heartbeat.current()
+    assert hb is not None
+    hb.stop()
     WorkerLease.objects.filter(namespace=name).update(owner_uuid="x" * 32)
     got = [r for r in maintenance.renew_worker_leases() if r.sequence == name]
     assert [(r.renewed, r.held, r.persisted_until) for r in got] == [(False, False, None)]
@@ -303,7 +304,7 @@ def test_a_lease_renewed_between_the_reaps_read_and_its_write_is_left_alone(
     m = WorkerLease.objects
     assert m.acquire("ns", 0, owner="a" * 32, ttl=0.2, ahead=5) is not None
     time.sleep(0.3)
-    read = private.select
+    read = leases.select  # the reaper's read (sources/workers.py)
 
     def read_then_renew(w: Any, qs: Any) -> list[Any]:
         found = read(w, qs)
@@ -313,7 +314,7 @@ def test_a_lease_renewed_between_the_reaps_read_and_its_write_is_left_alone(
         )
         return found
 
-    monkeypatch.setattr(private, "select", read_then_renew)
+    monkeypatch.setattr(leases, "select", read_then_renew)
     assert m.reap() == []
     assert m.get(namespace="ns").owner_uuid == "a" * 32
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 from django.db.models import Q
 from django.utils import timezone
 
+from ..core import heartbeat
 from ..core.base import SequenceSpec
 from ..core.chunks import OUTCOMES
 from ..core.hwm import period_stamp
 from ..exceptions import SequenceError
 from ..models import Segment, Sequence
 from ..numbers import check_template, compile_template
-from ..sources import workers
 from ..sources.connections import on_private, resolve_alias, select
 from ..sources.redis import RedisWindowStore
 from ..sources.redisconn import Script
@@ -291,7 +291,7 @@ def renew_worker_leases() -> list[Renewed]:
     dropped exactly as the heartbeat would drop it (the generator acquires another id before
     it issues again).
     """
-    hb = workers._default  # the process's heartbeat, if any generator ever held a lease
+    hb = heartbeat.current()  # the process's heartbeat, if any generator ever held a lease
     if hb is None:
         return []
     out = []

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from ..core.base import IdGenerator, SequenceSpec
 from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.heartbeat import default_heartbeat
 from ..core.snowflake import DEFAULT_EPOCH, Layout, SnowflakeGenerator
 from ..core.timestamp import (
     DEFAULT_FORMAT,
@@ -23,6 +24,7 @@ from ..core.validation import shown
 from ..exceptions import InvalidDefinition
 from ..sources import redisconn
 from ..sources.timestamp import redis_counter
+from ..sources.workers import slot_for
 from .base import Strategy
 
 _G = TypeVar("_G")
@@ -115,7 +117,6 @@ def build_leased(
     local counter): the slot from the store the options name, the clock tolerance, and the
     process's heartbeat."""
     from ..conf import app_settings
-    from ..sources.workers import default_heartbeat, slot_for
 
     slot = slot_for(
         spec.name,
