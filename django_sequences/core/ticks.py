@@ -90,7 +90,7 @@ class Renewal:
 
 
 class Slot(Protocol):
-    """One process's lease on a worker id of one namespace (``sources.workers.WorkerSlot``).
+    """One process's lease on a worker id of one namespace (``core.workerslot.WorkerSlot``).
 
     Its methods do I/O; the generator calls them under its ``_io`` lock only.
     """

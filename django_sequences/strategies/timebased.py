@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..conf import app_settings
 from ..core.base import IdGenerator, SequenceSpec
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.heartbeat import default_heartbeat
@@ -116,8 +117,6 @@ def build_leased(
     """A ``generator`` holding a worker-id lease for ``spec`` (snowflake, and timestamp with a
     local counter): the slot from the store the options name, the clock tolerance, and the
     process's heartbeat."""
-    from ..conf import app_settings
-
     slot = slot_for(
         spec.name,
         layout.max_worker,
