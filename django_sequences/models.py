@@ -148,7 +148,8 @@ class Sequence(_Bounds):
     def _check_period_change(self) -> None:
         """An edit of a sequence that issued must not restart its numbers' counter under the
         same dates (invariant I7): refused with a message on ``reset``."""
-        from .managers import has_issued, period_change
+        # definitions reads the strategies and templates, which import these models: a circle
+        from .definitions import has_issued, period_change
 
         if self.pk is None:
             return

@@ -17,8 +17,8 @@ from django_sequences.exceptions import (
     SequenceExhausted,
     SequenceNotFound,
 )
-from django_sequences.managers import _plan
 from django_sequences.models import Segment, Sequence
+from django_sequences.sources.rows import plan
 
 from .conftest import rows
 
@@ -176,7 +176,7 @@ def test_plan_stays_within_bounds(value: int, lo: int, span: int, count: int, cy
     hi = lo + span
     value = max(value, lo - 1)
     try:
-        first, last = _plan("p", value, lo, hi, count, cycle)
+        first, last = plan("p", value, lo, hi, count, cycle)
     except SequenceExhausted:
         assert not cycle and value >= hi
         return

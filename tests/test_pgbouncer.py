@@ -91,13 +91,13 @@ def test_regression_disable_server_side_cursors_still_prepared_the_strict_increm
 ) -> None:
     """DISABLE_SERVER_SIDE_CURSORS (Django's setting for PgBouncer in transaction mode) means
     a pooler: the private connection of that alias never prepares a statement."""
-    from django_sequences import managers
+    from django_sequences.sources import rows as row_store
 
     Sequence.objects.define("inv", strategy="strict")
     assert [next_value("inv", using=pooled_alias) for _ in range(10)] == list(range(1, 11))
     assert next_values("inv", 5, using=pooled_alias) == range(11, 16)
     assert _prepared_on_private(pooled_alias) == 0
-    assert not any(a.startswith(f"{pooled_alias}:") for a in managers._pg_cursors)
+    assert not any(a.startswith(f"{pooled_alias}:") for a in row_store._pg_cursors)
 
 
 def test_regression_a_lost_prepared_statement_cost_a_reconnect_and_a_retry(vendor: str) -> None:
@@ -106,7 +106,7 @@ def test_regression_a_lost_prepared_statement_cost_a_reconnect_and_a_retry(vendo
     no value issued twice or skipped."""
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL only (DB=postgresql)")
-    from django_sequences import managers
+    from django_sequences.sources import rows as row_store
     from django_sequences.sources.connections import lease_connection
 
     Sequence.objects.define("inv", strategy="strict")
@@ -119,11 +119,11 @@ def test_regression_a_lost_prepared_statement_cost_a_reconnect_and_a_retry(vendo
             raw.execute(f'DEALLOCATE "{name}"')  # what a pooler's other backend never had
     try:
         assert [next_value("inv") for _ in range(3)] == [4, 5, 6]
-        assert alias in managers._unprepared
+        assert alias in row_store._unprepared
         with lease_connection("default").use() as w:
             assert w.connection is raw_before, "the private connection was dropped and reopened"
     finally:
-        managers._unprepared.discard(alias)
+        row_store._unprepared.discard(alias)
         lease_connection("default").discard()
 
 

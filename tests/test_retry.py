@@ -9,8 +9,8 @@ from django.test import override_settings
 
 from django_sequences.core import retry
 from django_sequences.exceptions import LeaseContention
-from django_sequences.managers import _contended
 from django_sequences.sources.connections import lease_connection, on_private, resolve_alias
+from django_sequences.sources.rows import contended
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,7 +52,7 @@ def test_regression_a_lease_retry_slept_holding_the_lease_connection_lock(
         free_while_sleeping.append(_free_elsewhere(lock))
 
     monkeypatch.setattr(retry.time, "sleep", sleep)
-    assert _contended("k", attempt) == (1, 1)
+    assert contended("k", attempt) == (1, 1)
     assert len(tries) == 3
     assert free_while_sleeping == [True, True]
 
@@ -66,7 +66,7 @@ def test_contention_is_raised_after_the_retries() -> None:
         return None
 
     with pytest.raises(LeaseContention):
-        _contended("k", attempt)
+        contended("k", attempt)
     assert len(calls) == 4
 
 

@@ -148,15 +148,15 @@ def test_postgresql_prepares_the_increment_and_falls_back_when_the_server_forget
     unprepared, on the same connection, then and for good; no value is lost or repeated."""
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL only")
-    from django_sequences import managers
+    from django_sequences.sources import rows as row_store
     from django_sequences.sources.connections import lease_connection
 
     Sequence.objects.define("inv", strategy="strict")
     assert [next_value("inv") for _ in range(3)] == [1, 2, 3]
     with lease_connection("default").use() as w:
         alias = w.alias
-        assert alias not in managers._unprepared
-        assert managers._pg_cursors[alias][0] is w.connection
+        assert alias not in row_store._unprepared
+        assert row_store._pg_cursors[alias][0] is w.connection
         with w.connection.cursor() as raw:
             raw.execute("SELECT name FROM pg_prepared_statements")
             names = [r[0] for r in raw.fetchall()]
@@ -165,9 +165,9 @@ def test_postgresql_prepares_the_increment_and_falls_back_when_the_server_forget
             raw.execute(f'DEALLOCATE "{names[0]}"')
     try:
         assert [next_value("inv") for _ in range(3)] == [4, 5, 6]
-        assert alias in managers._unprepared
+        assert alias in row_store._unprepared
     finally:
-        managers._unprepared.discard(alias)
+        row_store._unprepared.discard(alias)
     assert rows("inv") == (6, 6)
 
 
@@ -178,7 +178,7 @@ def test_postgresql_prepare_threshold_none_in_options_means_no_prepared_statemen
     the private connection then never prepares."""
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL only")
-    from django_sequences import managers
+    from django_sequences.sources import rows as row_store
     from django_sequences.sources.connections import lease_connection
 
     Sequence.objects.define("inv", strategy="strict")
@@ -186,13 +186,13 @@ def test_postgresql_prepare_threshold_none_in_options_means_no_prepared_statemen
         alias = w.alias
         options = w.settings_dict.setdefault("OPTIONS", {})
         options["prepare_threshold"] = None
-        managers._pg_cursors.pop(alias, None)
+        row_store._pg_cursors.pop(alias, None)
     try:
         assert [next_value("inv") for _ in range(3)] == [1, 2, 3]
-        assert alias in managers._unprepared
+        assert alias in row_store._unprepared
         with lease_connection("default").use() as w, w.connection.cursor() as raw:
             raw.execute("SELECT count(*) FROM pg_prepared_statements")
             assert raw.fetchone() == (0,)
     finally:
-        managers._unprepared.discard(alias)
+        row_store._unprepared.discard(alias)
         lease_connection("default").discard()  # the next test gets the settings as they were

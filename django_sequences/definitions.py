@@ -1,0 +1,516 @@
+"""Defining sequences and the operations on their series: ``define``, provisioning the
+declared ones (and what they need before their first use), the drift of a stored definition
+from its declaration, the checks a redefinition passes, and the one way back
+(``reset_series``).
+
+The public entry points are the manager methods (``Sequence.objects.define``,
+``.provision``, ``.provision_details``, ``.provision_inner``, ``.reset_series``), which call
+these functions with themselves as ``objects``. This module sits above the schema and the
+strategies: it validates definitions through the strategies and reads the templates, so the
+managers import it when called, and the models only to check an edit. It names the models it
+needs through the app registry, as the stores do, and writes counter rows through the
+counter-row store (:mod:`.sources.rows`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.apps import apps
+from django.db import IntegrityError, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Max
+
+from .conf import SEQUENCE_FIELDS, app_settings, sequence_defaults
+from .core.base import SequenceSpec
+from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
+from .exceptions import InvalidDefinition, SequenceNotFound
+from .numbers import compile_template, reset_period
+from .sources.connections import insert, on_private, resolve_alias, select
+from .sources.rows import row_for
+from .strategies import strategy_for, validate
+from .strategies.autoincrement import create_tables
+
+if TYPE_CHECKING:
+    from .managers import SequenceManager
+    from .models import Sequence
+
+log = logging.getLogger("django_sequences.series")
+
+#: Options that only tune how a strategy works (sizes, timeouts); every other option says
+#: where or how values are made, so changing it after a sequence issued could repeat values.
+TUNING_OPTIONS = frozenset(
+    {
+        "min_step",
+        "max_step",
+        "lease_seconds",
+        "gapless",
+        "rescue_after",
+        "timeout_ms",
+        "timeout_count",
+        "timeout_window",
+        "reserve_ms",
+        "max_blocks",
+        "retry_after",
+        "window",
+        "chunk",
+        "per_second_limit",
+    }
+)
+#: Strategies whose counter rows tell whether they issued anything (the others are assumed to).
+ROW_STRATEGIES = frozenset({"segment", "strict", "redis", "redis_segment"})
+
+
+def _model(name: str) -> Any:
+    """Model ``name`` of this app, by name: the models import this module (a definition's
+    edit is checked here), so it imports none of them."""
+    return apps.get_model("django_sequences", name)
+
+
+def provision_details(
+    objects: SequenceManager,
+    names: Iterable[str] | None = None,
+    *,
+    using: str | None = None,
+    dry_run: bool = False,
+    update: bool = False,
+) -> list[Provisioned]:
+    """:meth:`SequenceManager.provision_details
+    <django_sequences.managers.SequenceManager.provision_details>` of manager ``objects``."""
+    declared: dict[str, Any] = app_settings.SEQUENCES
+    wanted = list(declared) if names is None else list(names)
+    unknown = [n for n in wanted if n not in declared]
+    if unknown:
+        known = ", ".join(declared) or "none"
+        raise InvalidDefinition(
+            f"Not declared in DJANGO_SEQUENCES['SEQUENCES']: {', '.join(unknown)} "
+            f"(declared: {known})."
+        )
+    alias = resolve_alias(using)
+    done = []
+    for name in wanted:
+        spec = objects.spec(name, using=alias)
+        created = spec is None
+        d = sequence_defaults(declared[name], app_settings.DEFAULT_STEP)
+        drift: tuple[Drift, ...] = ()
+        updated = False
+        if spec is None:
+            if dry_run:
+                check_name(name)
+                check_bounds(d["step"], d["min_value"], d["max_value"])
+                spec = SequenceSpec(name=name, **d)
+                validate(spec)
+            else:
+                spec = define(objects, name, using=alias, exist_ok=True, **d).spec()
+        else:
+            drift = drift_of(spec, d)
+            if drift and update:
+                spec = _update_definition(objects, spec, d, drift, alias, dry_run=dry_run)
+                updated = True
+        made = _provision_shard_rows(objects, spec, alias, dry_run=dry_run, new=created)
+        tables: list[str] = []
+        if spec.strategy == "autoincrement":
+            tables = create_tables(spec, alias, dry_run=dry_run)
+        inner = strategy_for(spec).provision(spec, alias, dry_run=dry_run)
+        done.append(
+            Provisioned(name, created, tuple(made), tuple(tables), tuple(inner), drift, updated)
+        )
+    return done
+
+
+def _update_definition(
+    objects: SequenceManager,
+    stored: SequenceSpec,
+    declared: dict[str, Any],
+    drift: tuple[Drift, ...],
+    alias: str,
+    *,
+    dry_run: bool,
+) -> SequenceSpec:
+    """Replace definition ``stored`` by the ``declared`` fields (``drift``: how they
+    differ), checked first (nothing is written when a check fails, nor in a dry run); the
+    definition now in force."""
+    check_bounds(declared["step"], declared["min_value"], declared["max_value"])
+    check_options(stored.name, declared["options"])
+    new = SequenceSpec(name=stored.name, **declared)
+    validate(new)
+    check_redefinition(stored, new, using=alias)
+    if dry_run:
+        return stored
+    seq = objects.using(alias).get(name=stored.name)
+    for field_name, value in declared.items():
+        setattr(seq, field_name, value)
+    seq.save(using=alias)
+    log.warning(
+        "Sequence %r updated from its declaration: %s.",
+        stored.name,
+        "; ".join(str(d) for d in drift),
+    )
+    return new
+
+
+def reset_series(
+    objects: SequenceManager, name: str, *, using: str | None = None, dry_run: bool = False
+) -> list[SeriesReset]:
+    """:meth:`SequenceManager.reset_series
+    <django_sequences.managers.SequenceManager.reset_series>` of manager ``objects``."""
+    segments, marks_model = _model("Segment"), _model("SeriesMark")
+    check_name(name)
+    alias = resolve_alias(using)
+    with transaction.atomic(using=alias):
+        pk = objects.using(alias).filter(name=name).values_list("pk", flat=True)
+        found_pk = pk.first()
+        rows = (
+            []
+            if found_pk is None
+            else list(
+                segments.objects.using(alias)
+                .select_for_update()
+                .filter(sequence_id=found_pk)
+                .values_list("pk", "key", "value", "min_value")
+            )
+        )
+        marks = dict(
+            marks_model.objects.using(alias)
+            .select_for_update()
+            .filter(sequence=name)
+            .values_list("key", "value")
+        )
+        if found_pk is None and not marks:
+            raise SequenceNotFound(name, using=using)
+        out = []
+        for _pk, key, value, lo in rows:
+            before = max(value, marks.pop(key, value))
+            if before != lo - 1:
+                out.append(SeriesReset(key, before, lo - 1))
+        out.extend(SeriesReset(key, value, None) for key, value in marks.items())
+        out.sort(key=lambda r: r.key)
+        if dry_run or not out:
+            return out
+        segments.objects.using(alias).filter(pk__in=[r[0] for r in rows]).update(
+            value=models.F("min_value") - 1, version=models.F("version") + 1
+        )
+        marks_model.objects.using(alias).filter(sequence=name).delete()
+    log.warning(
+        "Sequence %r was reset (reset_series) on database %r: %s. Values and numbers "
+        "issued before will be issued again.",
+        name,
+        alias,
+        ", ".join(str(r) for r in out),
+    )
+    return out
+
+
+def provision_inner(
+    objects: SequenceManager, name: str, *, using: str | None = None, dry_run: bool = False
+) -> list[str]:
+    """:meth:`SequenceManager.provision_inner
+    <django_sequences.managers.SequenceManager.provision_inner>` of manager ``objects``."""
+    alias = resolve_alias(using)
+    spec = objects.spec(name, using=alias)
+    if spec is None:
+        raise SequenceNotFound(name, using=using)
+    return validate(spec).provision(spec, alias, dry_run=dry_run)
+
+
+def define(
+    objects: SequenceManager,
+    name: str,
+    *,
+    strategy: str = "segment",
+    step: int = 1000,
+    min_value: int = 1,
+    max_value: int = BIGINT_MAX,
+    cycle: bool = False,
+    template: str = "",
+    options: dict[str, Any] | None = None,
+    reset: str = "",
+    using: str | None = None,
+    exist_ok: bool = False,
+) -> Sequence:
+    """:meth:`SequenceManager.define <django_sequences.managers.SequenceManager.define>` of
+    manager ``objects``."""
+    check_name(name)
+    check_bounds(step, min_value, max_value)
+    if not isinstance(cycle, bool):
+        raise InvalidDefinition(f"cycle must be True or False; got {shown(cycle)}.")
+    check_options(name, options)
+    spec = SequenceSpec(
+        name, strategy, step, min_value, max_value, cycle, template, options or {}, reset
+    )
+    validate(spec)
+    alias = resolve_alias(using)
+    seq = objects.model(
+        name=name,
+        strategy=strategy,
+        step=step,
+        min_value=min_value,
+        max_value=max_value,
+        cycle=cycle,
+        template=template,
+        options=options or {},
+        reset=reset,
+    )
+
+    def write(w: BaseDatabaseWrapper) -> bool:
+        """Insert the definition and its row in one transaction; False if it exists."""
+        seq.pk = None  # a retry after a lost connection starts over
+        w.set_autocommit(False)
+        try:
+            insert(w, seq)
+            insert(w, row_for(_model("Segment"), w, seq, name))
+            w.commit()
+            return True
+        except IntegrityError:
+            w.rollback()
+            return False
+        except BaseException:
+            w.rollback()
+            raise
+        finally:
+            w.set_autocommit(True)
+
+    if not on_private(alias, name, write):
+        if not exist_ok:
+            raise InvalidDefinition(
+                f"A sequence named {name!r} exists already; pass exist_ok=True to reuse "
+                f"it, or pick another name."
+            )
+        return objects.using(alias).get(name=name)
+    seq._state.adding = False
+    seq._state.db = alias
+    return seq
+
+
+def check_options(name: str, options: object) -> None:
+    """Raise :class:`InvalidDefinition` unless ``options`` is None or a dict the ``options``
+    JSON column can store (checked before anything is written)."""
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise InvalidDefinition(f"Sequence {name!r}: options must be a dict; got {shown(options)}.")
+    try:
+        # ensure_ascii=False: a lone surrogate stays one character, and fails to encode below
+        json.dumps(options, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options must hold only JSON values (str, int, float, bool, "
+            f"None, and lists and dicts of them; no NaN, infinity or lone surrogates): {exc}."
+        ) from None
+    if _holds_nul(options):  # PostgreSQL's jsonb cannot store it
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options must not hold NUL characters (a database cannot store "
+            f"them)."
+        )
+
+
+def _holds_nul(value: object) -> bool:
+    """Whether a JSON value holds a NUL character in a string or a key."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(v) for v in value)
+    return False
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One field in which a stored definition differs from its declaration."""
+
+    field: str
+    stored: Any
+    declared: Any
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.stored!r} -> {self.declared!r}"
+
+
+def drift_of(spec: SequenceSpec, declared: dict[str, Any]) -> tuple[Drift, ...]:
+    """The fields of definition ``spec`` that differ from the ``declared`` ones (as
+    ``conf.sequence_defaults`` fills them in)."""
+    out = []
+    for field_name in SEQUENCE_FIELDS:
+        stored = getattr(spec, field_name)
+        if field_name == "options":
+            stored = dict(stored)
+        if stored != declared[field_name]:
+            out.append(Drift(field_name, stored, declared[field_name]))
+    return tuple(out)
+
+
+def issued_up_to(name: str, *, using: str | None = None) -> int | None:
+    """The largest value counter rows of sequence ``name`` leased (its live rows and the marks
+    of its deleted ones), or None if they never leased one."""
+    alias = resolve_alias(using)
+    leased = _model("Segment").objects.using(alias).filter(sequence__name=name, version__gt=0)
+    high = leased.aggregate(v=Max("value"))["v"]
+    mark = (
+        _model("SeriesMark")
+        .objects.using(alias)
+        .filter(sequence=name)
+        .aggregate(v=Max("value"))["v"]
+    )
+    found = [v for v in (high, mark) if v is not None]
+    return max(found) if found else None
+
+
+def check_redefinition(
+    stored: SequenceSpec, new: SequenceSpec, *, using: str | None = None
+) -> None:
+    """Refuse (:class:`InvalidDefinition`) to replace definition ``stored`` by ``new`` when the
+    change could issue a value or number again (invariant I7): once the sequence issued, its
+    strategy, its options that say where values are counted (all but
+    :data:`TUNING_OPTIONS`), its template and its reset period stay, and ``max_value`` stays at
+    or above the largest value leased. Strategies without counter rows are assumed to have
+    issued."""
+    high = issued_up_to(stored.name, using=using)
+    if stored.strategy in ROW_STRATEGIES and high is None:
+        return
+    problems = []
+    if new.strategy != stored.strategy:
+        problems.append(
+            f"its strategy cannot change ({stored.strategy!r} -> {new.strategy!r}): another "
+            f"strategy counts elsewhere and could issue the same values again"
+        )
+    changed = sorted(
+        k
+        for k in set(stored.options) | set(new.options)
+        if k not in TUNING_OPTIONS and stored.options.get(k) != new.options.get(k)
+    )
+    if changed:
+        problems.append(
+            f"options {', '.join(changed)} cannot change: they say where and how values are "
+            f"counted (only {', '.join(sorted(TUNING_OPTIONS))} may)"
+        )
+    if high is not None and new.max_value < high:
+        problems.append(
+            f"max_value cannot go below {high}, the largest value leased already (keep it at "
+            f"{high} or more; declared: {new.max_value})"
+        )
+    if stored.template and new.template != stored.template:
+        problems.append(
+            f"its template cannot change ({stored.template!r} -> {new.template!r}): numbers "
+            f"of the new template could equal numbers already issued"
+        )
+    else:
+        period = period_change(stored, new)
+        if period:
+            problems.append(period)
+    if problems:
+        raise InvalidDefinition(
+            f"Sequence {stored.name!r} has issued values already, so {'; '.join(problems)}. "
+            f"Keep the stored definition, or declare the new one under another name."
+        )
+
+
+def period_change(stored: SequenceSpec, new: SequenceSpec) -> str | None:
+    """What is wrong when ``new`` keeps the template of ``stored`` but restarts its counter
+    per another period (None: nothing). The counter of the new period's row starts again at
+    ``min_value`` while the numbers still show the same date: a daily template switched to a
+    monthly counter issues today's numbers again."""
+    if not stored.template or new.template != stored.template or new.reset == stored.reset:
+        return None
+    before = reset_period(stored, compile_template(stored))
+    after = reset_period(new, compile_template(new))
+    if before == after:
+        return None
+    return (
+        f"its counter's reset period cannot change ({before or 'never'} -> {after or 'never'}): "
+        f"the new period's counter would start again at min_value while the numbers show the "
+        f"same date, issuing numbers again"
+    )
+
+
+def has_issued(spec: SequenceSpec, *, using: str | None = None) -> bool:
+    """Whether sequence ``spec`` may have issued a value: its counter rows (or the marks of
+    deleted ones) leased one; strategies that count no rows are assumed to have."""
+    return spec.strategy not in ROW_STRATEGIES or issued_up_to(spec.name, using=using) is not None
+
+
+@dataclass(frozen=True)
+class SeriesReset:
+    """One counter-row key :meth:`SequenceManager.reset_series` put back."""
+
+    key: str
+    #: the last value leased (of the row, or of the mark a deleted row left)
+    before: int
+    #: the row's value now (``min_value - 1``), or None when only a mark was forgotten (a row
+    #: made later starts at its definition's ``min_value``)
+    after: int | None
+
+    def __str__(self) -> str:
+        after = "forgotten" if self.after is None else self.after
+        return f"{self.key}: {self.before} -> {after}"
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """What provisioning made (or, in a dry run, would make) for one declared sequence."""
+
+    name: str
+    #: the definition and its counter row were (would be) created
+    created: bool
+    #: keys of the shard rows created
+    rows: tuple[str, ...] = ()
+    #: auto-increment tables created, as ``alias.table``
+    tables: tuple[str, ...] = ()
+    #: inner definitions of a failover or memory_bits sequence created, as ``alias:name``
+    inner: tuple[str, ...] = ()
+    #: fields in which the stored definition differs from the declaration (stored -> declared)
+    drift: tuple[Drift, ...] = ()
+    #: the declaration replaced the stored definition (``update``; a dry run: it would)
+    updated: bool = False
+
+
+def shard_keys(spec: SequenceSpec) -> list[str]:
+    """The shard rows a definition counts in before any period: ``name#0`` … ``name#N-1`` for
+    a ``strict`` sequence with ``options["shards"] = N`` > 1 whose counter never restarts;
+    else none."""
+    shards = spec.options.get("shards", 1)
+    if spec.strategy != "strict" or not isinstance(shards, int) or shards <= 1:
+        return []
+    if spec.template and reset_period(spec, compile_template(spec)) is not None:
+        return []  # per-period shard rows, name:<stamp>#i, are made on first use
+    return [f"{spec.name}#{i}" for i in range(shards)]
+
+
+def _provision_shard_rows(
+    objects: SequenceManager, spec: SequenceSpec, alias: str, *, dry_run: bool, new: bool
+) -> list[str]:
+    """Create the missing shard rows of ``spec`` (each insert commits on its own; a row another
+    process inserted first is not reported); the keys created, or those a dry run would
+    create (all of them for a definition not made yet, ``new``)."""
+    segments = _model("Segment")
+    keys = shard_keys(spec)
+    if not keys or (dry_run and new):
+        return keys
+
+    def write(w: BaseDatabaseWrapper) -> list[str]:
+        have = {k for (k,) in select(w, segments.objects.filter(key__in=keys).values_list("key"))}
+        missing = [k for k in keys if k not in have]
+        if dry_run or not missing:
+            return missing
+        found = select(
+            w,
+            objects.filter(name=spec.name).values_list("pk", "step", "min_value", "max_value"),
+        )
+        if not found:
+            raise SequenceNotFound(spec.name, using=alias)
+        pk, step, lo, hi = found[0]
+        seq = objects.model(pk=pk, name=spec.name, step=step, min_value=lo, max_value=hi)
+        made = []
+        for key in missing:
+            try:
+                insert(w, row_for(segments, w, seq, key))
+            except IntegrityError:  # another process made it first: fine
+                continue
+            made.append(key)
+        return made
+
+    return on_private(alias, spec.name, write)

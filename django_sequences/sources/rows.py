@@ -1,0 +1,508 @@
+"""Counter rows (``Segment``): leasing their ranges by optimistic lock, the strict increment,
+and the other writes to them (a new row, pruning finished periods, raising a value by hand).
+
+A store: it is handed the counter-row model (``Segment``, by its manager) and imports no model,
+strategy or surface; the definitions model is the one the rows' ``sequence`` key points to,
+and ``SeriesMark`` is named through the app registry. Every lease runs on the process's
+private lease connection (:mod:`.connections`), so it commits on its own whatever transaction
+the caller is in (invariant I2); the failover guard (:mod:`.writers`, invariant I11) moves a
+row ahead when another server leased from it last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.apps import apps
+from django.db import DatabaseError, IntegrityError, connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+
+from ..conf import app_settings
+from ..core import retry
+from ..core.validation import BIGINT_MAX, check_count
+from ..exceptions import (
+    BackendUnavailable,
+    InvalidCount,
+    InvalidDefinition,
+    InvalidName,
+    LeaseContention,
+    SequenceExhausted,
+    SequenceNotFound,
+)
+from . import writers
+from .connections import insert, on_private, resolve_alias, select
+
+if TYPE_CHECKING:
+    from ..models import Segment, Sequence
+
+
+def _sequence_model(model: type[Segment]) -> type[Sequence]:
+    """The definitions model of counter-row model ``model`` (what its ``sequence`` points to)."""
+    found: Any = model._meta.get_field("sequence").related_model
+    return found
+
+
+# --- leases ------------------------------------------------------------------------------------
+
+
+def lease(
+    model: type[Segment],
+    key: str,
+    count: int | None = None,
+    *,
+    using: str | None = None,
+    sequence: str | None = None,
+) -> tuple[int, int]:
+    """:meth:`SegmentManager.lease <django_sequences.managers.SegmentManager.lease>`."""
+    _check_key(key)
+    if count is not None:
+        check_count(count, BIGINT_MAX)
+    alias = resolve_alias(using)
+    name = sequence or key
+    return contended(
+        key, lambda: on_private(alias, key, lambda w: _lease_once(model, w, key, count, name))
+    )
+
+
+def increment(
+    model: type[Segment],
+    key: str,
+    count: int = 1,
+    *,
+    using: str | None = None,
+    sequence: str | None = None,
+    gapless: bool = False,
+) -> tuple[int, int]:
+    """:meth:`SegmentManager.increment <django_sequences.managers.SegmentManager.increment>`."""
+    _check_key(key)
+    check_count(count, BIGINT_MAX)
+    alias = resolve_alias(using)
+    name = sequence or key
+    if not gapless:
+        return contended(
+            key,
+            lambda: on_private(
+                alias, key, lambda w: _increment_on(model, w, key, count, name, True)
+            ),
+        )
+    try:
+        # in the caller's transaction: a retry's back-off holds it (gapless waits anyway)
+        return contended(key, lambda: _increment_on(model, connections[alias], key, count, name))
+    except DatabaseError as exc:
+        raise BackendUnavailable(
+            f"Could not take a value of {key!r} from database {alias!r}: {exc}."
+        ) from exc
+
+
+def _increment_on(
+    model: type[Segment],
+    w: BaseDatabaseWrapper,
+    key: str,
+    count: int,
+    name: str,
+    private: bool = False,
+) -> tuple[int, int] | None:
+    """One attempt: the range, or None when the optimistic lease it fell back to lost its
+    race (the caller retries after a back-off, with no lock held)."""
+    sql = _lease_sql(model, w)
+    if sql.increment:
+        now = w.ops.adapt_datetimefield_value(timezone.now())
+        params: list[Any]
+        if sql.guarded:
+            # the row must name the server answering now: else the lease below decides
+            # (a new writer moves the row ahead first: the failover guard, I11)
+            pace = _pace_params(count)
+            params = [count, now, *pace, key, count, writers.fast_param(w)]
+        else:
+            params = [count, now, key, count]
+        last: int | None
+        if private and w.vendor == "postgresql" and w.alias not in _unprepared:
+            last = _pg_prepared_returning(w, sql.increment, params)
+        else:
+            last = _returning(w, sql.increment, params)
+        if last is not None:
+            return last - count + 1, last
+    return _lease_once(model, w, key, count, name, exact=True)
+
+
+def _lease_once(
+    model: type[Segment],
+    w: BaseDatabaseWrapper,
+    key: str,
+    count: int | None,
+    name: str,
+    exact: bool = False,
+) -> tuple[int, int] | None:
+    """One optimistic lease: read the row, then a versioned UPDATE; the range, or None when
+    another process moved the row in between (the caller retries: :func:`contended`)."""
+    sql = _lease_sql(model, w)
+    for created in (False, True):
+        with w.cursor() as c:
+            c.execute(sql.select, [key])
+            row = c.fetchone()
+            if row is None:
+                if created:
+                    raise SequenceNotFound(name)
+                create_missing_row(model, w, key, name)
+                continue
+            value, lo, hi, step, version, cycle, seq_name, writer, pace, current = row
+            moved: tuple[str, int, int] | None = None
+            if sql.guarded:
+                current = str(current)
+                writers.connection_identity(w, refresh=current)
+                if writer and writer != current and writers.enabled():
+                    # Another server leased from this row last: a failover, maybe to a
+                    # replica that missed its last leases. Move ahead first (I11).
+                    ahead = value + writers.margin(pace, step)
+                    moved = (writer, value, min(ahead, max(hi, value)))
+                    value = moved[2]
+            first, last = plan(seq_name, value, lo, hi, count or step, bool(cycle), exact)
+            now = w.ops.adapt_datetimefield_value(timezone.now())
+            if sql.guarded:
+                pace_args = _pace_params(last - first + 1)
+                c.execute(sql.update, [last, now, current, *pace_args, key, version])
+            else:
+                c.execute(sql.update, [last, now, key, version])
+            if c.rowcount == 1:
+                if moved is not None:
+                    store = f"database {w.alias.split(':')[0]!r}"
+                    writers.record_jump(store, key, moved[0], current, moved[1], moved[2])
+                return first, last
+            return None
+    raise AssertionError("unreachable")
+
+
+def create_missing_row(model: type[Segment], w: BaseDatabaseWrapper, key: str, name: str) -> None:
+    """A row not made yet: a definition made by ``objects.create`` or the admin, or the
+    shard and period rows a definition gets on first use."""
+    seq_model = _sequence_model(model)
+    found = select(
+        w,
+        seq_model.objects.filter(name=name).values_list("pk", "step", "min_value", "max_value"),
+    )
+    if not found:
+        raise SequenceNotFound(name)
+    pk, step, lo, hi = found[0]
+    seq = seq_model(pk=pk, name=name, step=step, min_value=lo, max_value=hi)
+    with contextlib.suppress(IntegrityError):  # another process created it first: fine
+        insert(w, row_for(model, w, seq, key))
+
+
+def row_for(model: type[Segment], w: BaseDatabaseWrapper, seq: Sequence, key: str) -> Segment:
+    """A new counter row ``key`` of ``seq``, read on connection ``w``: it starts at
+    ``min_value - 1``, or above the mark a deleted row of that key left (invariant I7: a
+    re-definition never issues the old series' values again)."""
+    return model(
+        sequence_id=seq.pk,
+        key=key,
+        value=max(seq.min_value - 1, _mark_of(w, key)),
+        min_value=seq.min_value,
+        max_value=seq.max_value,
+        step=seq.step,
+    )
+
+
+def _mark_of(w: BaseDatabaseWrapper, key: str) -> int:
+    """The last value a deleted counter row ``key`` had leased (``SeriesMark``), or the
+    smallest BIGINT when none was deleted."""
+    # the model by name: the stores import no model (the app registry is ready by now)
+    marks: Any = apps.get_model("django_sequences", "SeriesMark")
+    found = select(w, marks.objects.filter(key=key).values_list("value"))
+    return int(found[0][0]) if found else -BIGINT_MAX - 1
+
+
+# --- pruning finished periods ------------------------------------------------------------------
+
+
+def prune_periods(
+    model: type[Segment],
+    name: str,
+    *,
+    keep: int = 2,
+    idle: timedelta = timedelta(days=7),
+    using: str | None = None,
+    dry_run: bool = False,
+) -> list[str]:
+    """:meth:`SegmentManager.prune_periods
+    <django_sequences.managers.SegmentManager.prune_periods>`."""
+    if keep < 1:
+        raise InvalidCount(f"keep must be at least 1; got {keep}.")
+    alias = resolve_alias(using)
+    prefix = f"{name}:"
+    rows = model.objects.using(alias)
+    found = list(rows.filter(key__startswith=prefix).values_list("pk", "key", "updated_at"))
+    periods = sorted(
+        (key[len(prefix) :], pk, key, at)
+        for pk, key, at in found
+        # exact: SQLite's LIKE ignores ASCII case, so "PP:…" rows match "pp:" there
+        if key.startswith(prefix) and key[len(prefix) :].isdigit()
+    )
+    cutoff = timezone.now() - idle
+    doomed = [(pk, key) for _stamp, pk, key, at in periods[:-keep] if at < cutoff]
+    if doomed and not dry_run:
+        model.objects.using(alias).filter(pk__in=[pk for pk, _key in doomed]).delete()
+    return [key for _pk, key in doomed]
+
+
+# --- raising a row's value by hand -------------------------------------------------------------
+
+
+def check_value(row: Segment, new: int, version: int | None = None) -> None:
+    """Raise :class:`InvalidDefinition` unless counter row ``row`` (as read) may be raised to
+    ``new``: never lower (every value up to the current one may have been issued), never to
+    where it is, never above ``max_value``; ``version``, the row's version when ``new`` was
+    chosen, must still be the row's (a lease taken since then refuses it too)."""
+    if new < row.value:
+        raise InvalidDefinition(
+            f"Refused: {new} is below the last leased value {row.value} of row {row.key!r}. "
+            f"Values up to {row.value} may have been issued, so lowering the row would issue "
+            f"them again: a row's value can only be raised.",
+            field="value",
+        )
+    if new == row.value:
+        raise InvalidDefinition(
+            f"Row {row.key!r} is at {new} already: nothing to change.", field="value"
+        )
+    if new > row.max_value:
+        raise InvalidDefinition(
+            f"{new} is above the row's max_value {row.max_value}; raise max_value of the "
+            f"sequence first.",
+            field="value",
+        )
+    if version is not None and version != row.version:
+        raise InvalidDefinition(
+            f"Row {row.key!r} was leased meanwhile (version {version}, now {row.version}): "
+            f"nothing was written. Choose the new value again.",
+            field="version",
+        )
+
+
+def raise_value(model: type[Segment], row: Segment, new: int, version: int) -> None:
+    """Raise counter row ``row`` to ``new`` if :func:`check_value` allows it and the row is
+    still at ``version``: one ``UPDATE … SET value = %s, version = version + 1 WHERE key = %s
+    AND version = %s``, on the row's database in the caller's transaction, so a lease taken
+    since ``version`` was read makes it write nothing. Then ``row`` is read again and
+    :class:`InvalidDefinition` (``field="version"``) says where the row is now."""
+    check_value(row, new, version)
+    changed = (
+        model.objects.using(row._state.db)
+        .filter(key=row.key, version=version, value__lt=new)
+        .update(value=new, version=models.F("version") + 1, updated_at=timezone.now())
+    )
+    if changed == 1:
+        return
+    row.refresh_from_db()
+    raise InvalidDefinition(
+        f"Row {row.key!r} changed while its value was being raised (a lease): nothing was "
+        f"written. It is at {row.value} now; choose the new value again.",
+        field="version",
+    )
+
+
+# --- the statements ----------------------------------------------------------------------------
+
+
+def _returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> int | None:
+    """Run the strict increment on Django's cursor: the new value, or None when the row is
+    missing or too close to its limit."""
+    with w.cursor() as c:
+        c.execute(sql, params)
+        if w.vendor == "mysql":
+            return c.lastrowid if c.rowcount == 1 else None
+        row = c.fetchone()
+        return None if row is None else int(row[0])
+
+
+#: Private PostgreSQL connections (by wrapper alias) on which a prepared statement failed: a
+#: proxy in front of the server (PgBouncer in transaction mode before 1.21) does not keep them.
+_unprepared: set[str] = set()
+_pg_cursors: dict[str, tuple[Any, Any]] = {}
+
+
+def _pooled(w: BaseDatabaseWrapper) -> bool:
+    """Whether the settings of ``w`` declare a transaction pooler (PgBouncer) in front of the
+    server: Django's ``DISABLE_SERVER_SIDE_CURSORS = True``, or ``OPTIONS["prepare_threshold"]
+    = None``. Such an alias never gets a prepared statement."""
+    options = w.settings_dict.get("OPTIONS") or {}
+    if "prepare_threshold" in options and options["prepare_threshold"] is None:
+        return True
+    return bool(w.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+
+
+def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> int | None:
+    """Run the strict increment as a prepared statement on private connection ``w``.
+
+    Django's PostgreSQL cursors bind parameters on the client, so the server parses and plans
+    the UPDATE on every call: about as long as the rest of the round trip on a small machine.
+    A server-binding psycopg cursor prepares it once per connection. Django turns prepared
+    statements off for its connections unless ``OPTIONS["prepare_threshold"]`` says
+    otherwise; the private connection turns them on, unless the alias declares a transaction
+    pooler (:func:`_pooled`: ``DISABLE_SERVER_SIDE_CURSORS`` or ``prepare_threshold: None``),
+    which cannot keep them: then Django's client-side cursor runs it, always.
+
+    An undeclared pooler (or a server that lost the statement) fails it with "prepared
+    statement ... does not exist" (at Bind) or "... already exists" (at Parse): either way
+    before the UPDATE ran, and in autocommit, so nothing was taken. The alias falls back to
+    Django's cursor for good and the increment runs once more, unprepared, on the same
+    connection: one execution in all, so no value is issued twice or skipped.
+    """
+    import psycopg  # only PostgreSQL aliases come here: psycopg is an optional dependency
+
+    raw = w.connection
+    found = _pg_cursors.get(w.alias)
+    if found is None or found[0] is not raw or found[1].closed:
+        if _pooled(w):
+            _unprepared.add(w.alias)  # the project said a pooler sits in front
+            return _returning(w, sql, params)
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = 5  # only server-binding cursors (this one) prepare
+        found = _pg_cursors[w.alias] = (raw, psycopg.Cursor(raw))
+    cur = found[1]
+    with w.wrap_database_errors:
+        try:
+            cur.execute(sql, params, prepare=True)
+        except (
+            psycopg.errors.InvalidSqlStatementName,
+            psycopg.errors.DuplicatePreparedStatement,
+        ):
+            # the statement did not run (see above): no retry of the lease, no reconnect
+            _unprepared.add(w.alias)
+            _pg_cursors.pop(w.alias, None)
+            with contextlib.suppress(psycopg.Error):
+                cur.close()
+            if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise  # not the autocommit state this relies on: let _on_private reconnect
+            return _returning(w, sql, params)
+        row = cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+def contended(key: str, attempt: Callable[[], tuple[int, int] | None]) -> tuple[int, int]:
+    """Run one lease ``attempt`` until it wins its optimistic-lock race (``core/retry.py``:
+    the back-off sleeps with no connection lock held), else raise :class:`LeaseContention`."""
+    retries: int = app_settings.LEASE_RETRIES
+    found = retry.until_won(attempt, retries, app_settings.LEASE_BACKOFF)
+    if found is None:
+        raise LeaseContention(key, retries)
+    return found
+
+
+def _check_key(key: object) -> None:
+    if not isinstance(key, str) or not key or len(key) > 191:
+        raise InvalidName(f"A counter-row key is a str of 1 to 191 characters; got {key!r}.")
+
+
+class _LeaseSQL:
+    __slots__ = ("guarded", "increment", "select", "update")
+
+    def __init__(self, select: str, update: str, increment: str | None, guarded: bool) -> None:
+        self.select = select
+        self.update = update
+        self.increment = increment
+        #: the vendor has a writer identity: statements record it and the pace (I11)
+        self.guarded = guarded
+
+
+def _pace_params(n: int) -> list[int]:
+    """Parameters of the pace assignments (:func:`_lease_sql`) for a lease of ``n`` values."""
+    second = writers.pace_second()
+    return [second, n, n, second, n, n, second]
+
+
+_sql_cache: dict[tuple[type, str], _LeaseSQL] = {}
+
+
+def _lease_sql(model: type[Segment], w: BaseDatabaseWrapper) -> _LeaseSQL:
+    """The lease statements for ``w``'s vendor, built once from the models' ``_meta``."""
+    found = _sql_cache.get((model, w.vendor))
+    if found is None:
+        qn = w.ops.quote_name
+        seg = model._meta
+        defn = _sequence_model(model)._meta
+
+        def col(name: str, meta: Any = seg) -> str:
+            return qn(meta.get_field(name).column)
+
+        t, d = qn(seg.db_table), qn(defn.db_table)
+        value, version = col("value"), col("version")
+        identity = writers.identity_sql(w)
+        fast_identity = writers.fast_identity_sql(w)
+        current = identity or "''"
+        select = (
+            f"SELECT s.{value}, s.{col('min_value')}, s.{col('max_value')}, "
+            f"s.{col('step')}, s.{version}, d.{col('cycle', defn)}, d.{col('name', defn)}, "
+            f"s.{col('writer')}, s.{col('pace')}, {current} "
+            f"FROM {t} s JOIN {d} d ON d.{qn(str(defn.pk.column))} = s.{col('sequence')} "
+            f"WHERE s.{col('key')} = %s"
+        )
+        # The pace: the most values leased within one second (of the leasing host's clock).
+        # Assignments in this order read the old columns on every vendor (MariaDB/MySQL
+        # assign left to right, reading the new values of columns already assigned).
+        pace, ps, pc = col("pace"), col("pace_second"), col("pace_count")
+        pace_sets = (
+            f", {pace} = CASE WHEN {ps} = %s THEN GREATEST({pace}, {pc} + %s) "
+            f"ELSE GREATEST({pace}, %s) END, "
+            f"{pc} = CASE WHEN {ps} = %s THEN {pc} + %s ELSE %s END, {ps} = %s"
+        )
+        if identity is None:
+            pace_sets = ""
+        set_writer = f", {col('writer')} = %s" if identity else ""
+        update = (
+            f"UPDATE {t} SET {value} = %s, {version} = {version} + 1, "
+            f"{col('updated_at')} = %s{set_writer}{pace_sets} "
+            f"WHERE {col('key')} = %s AND {version} = %s"
+        )
+        # value <= max - n rather than value + n <= max: no overflow next to BIGINT's limit
+        where = (
+            f"WHERE {col('key')} = %s AND {value} >= {col('min_value')} - 1 "
+            f"AND {value} <= {col('max_value')} - %s"
+        )
+        sets = f"{version} = {version} + 1, {col('updated_at')} = %s{pace_sets}"
+        if fast_identity is not None:
+            where += f" AND {col('writer')} = {fast_identity}"
+        increment: str | None
+        if w.vendor == "mysql":
+            increment = f"UPDATE {t} SET {value} = LAST_INSERT_ID({value} + %s), {sets} {where}"
+        elif w.vendor == "postgresql" or (
+            w.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
+        ):
+            increment = f"UPDATE {t} SET {value} = {value} + %s, {sets} {where} RETURNING {value}"
+        else:  # other backends: the optimistic lease, one value at a time
+            increment = None
+        found = _sql_cache[(model, w.vendor)] = _LeaseSQL(
+            select, update, increment, identity is not None
+        )
+    return found
+
+
+def plan(
+    name: str, value: int, lo: int, hi: int, count: int, cycle: bool, exact: bool = False
+) -> tuple[int, int]:
+    """The range a lease takes from a row whose last leased value is ``value``.
+
+    With ``exact`` a non-cycling row that has fewer than ``count`` values left raises rather
+    than returning a shorter range (strict batches are all or nothing).
+    """
+    first = max(value + 1, lo)  # min_value may have been raised since
+    if first > hi:
+        if not cycle:
+            raise SequenceExhausted(name, hi)
+        first = lo
+    last = first + count - 1
+    if last > hi:
+        if exact and not cycle:
+            raise SequenceExhausted(
+                name,
+                hi,
+                f"Sequence {name!r} has {hi - first + 1} values left before its max_value {hi}; "
+                f"asked for {count}. Ask for fewer, raise max_value or set cycle=True.",
+                left=hi - first + 1,
+                asked=count,
+            )
+        last = hi
+    return first, last
