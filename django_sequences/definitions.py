@@ -29,11 +29,11 @@ from .conf import SEQUENCE_FIELDS, app_settings, sequence_defaults
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
 from .exceptions import InvalidDefinition, SequenceNotFound
-from .numbers import compile_template, reset_period
 from .sources.connections import insert, on_private, resolve_alias, select
 from .sources.rows import row_for
 from .strategies import strategy_for, validate
 from .strategies.autoincrement import create_tables
+from .templating import compile_template, reset_period
 
 if TYPE_CHECKING:
     from .managers import SequenceManager

@@ -23,6 +23,7 @@ from django.db.models.signals import class_prepared
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError
+from .templating import compile_template
 
 
 class _SequenceFieldMixin:
@@ -158,8 +159,6 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
         field's template, else the declared one (``DJANGO_SEQUENCES["SEQUENCES"]``); a
         template that lives only in the database is checked when it is defined."""
         from django.conf import settings
-
-        from .numbers import compile_template
 
         declared = getattr(settings, "DJANGO_SEQUENCES", {})
         declared = declared.get("SEQUENCES", {}) if isinstance(declared, dict) else {}

@@ -18,144 +18,33 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
-from .conf import SETTING, app_settings
+from .conf import app_settings
 from .core import forking
 from .core.base import IdGenerator, SequenceSpec
 from .core.clock import SYSTEM_CLOCK, Clock
 from .core.plugins import IssueEvent
 from .core.validation import check_count, check_name, check_using
 from .exceptions import (
-    ConfigurationError,
     InvalidCount,
     InvalidDefinition,
     InvalidNumber,
     SequenceError,
     TemplateError,
 )
-from .formats.template import compile
 from .signals import number_issued
 from .sources.connections import resolve_alias
+from .templating import (
+    _STAMP_DIGITS,
+    check_template,
+    compile_template,
+)
 
 if TYPE_CHECKING:
     from .core.plugins import Chain
     from .formats.template import Template
     from .strategies import Strategy
-
-#: Periods a counter may restart in, coarsest first ("never": one counter for ever).
-RESETS = ("never", "year", "month", "day", "hour", "minute", "second")
-_FINENESS = {name: i for i, name in enumerate(RESETS)}
-#: Periods the template's date implies on its own (finer ones must be asked for with reset=).
-_AUTO = ("year", "month", "day")
-#: Digits of each period's stamp; a coarser period's stamp is a prefix of a finer one's
-#: (``%Y``, ``%Y%m``, ``%Y%m%d`` …).
-_STAMP_DIGITS = {"year": 4, "month": 6, "day": 8, "hour": 10, "minute": 12, "second": 14}
-
-
-@dataclass(frozen=True)
-class FormatSettings:
-    tz: tzinfo
-    key: bytes | None
-    parts: dict[str, str]
-
-
-def format_settings() -> FormatSettings:
-    """The settings templates compile with, read from ``settings`` directly (system checks
-    validate definitions while ``app_settings`` itself is being checked)."""
-    from zoneinfo import ZoneInfo
-
-    from django.conf import settings
-
-    raw = getattr(settings, SETTING, {})
-    raw = raw if isinstance(raw, dict) else {}
-    zone = raw.get("TIME_ZONE") or getattr(settings, "TIME_ZONE", None) or "UTC"
-    try:
-        tz = ZoneInfo(str(zone))
-    except (ValueError, KeyError, OSError):
-        raise ConfigurationError(
-            f"{SETTING}['TIME_ZONE'] (or TIME_ZONE) = {zone!r} is not a zoneinfo time zone; "
-            f"use a name such as 'Asia/Shanghai' or 'UTC'."
-        ) from None
-    key = raw.get("OBFUSCATION_KEY") or None
-    if isinstance(key, str):
-        key = key.encode()
-    parts = raw.get("TEMPLATE_PARTS") or {}
-    return FormatSettings(tz, key if isinstance(key, bytes) else None, dict(parts))
-
-
-def compile_template(spec: SequenceSpec, text: str | None = None) -> Template:
-    """``text`` (default: the definition's template) compiled with the project's settings."""
-
-    text = spec.template if text is None else text
-    if not text:
-        raise InvalidDefinition(
-            f"Sequence {spec.name!r} has no template, so it issues values, not numbers: give "
-            f"it a template (e.g. 'SO{{seq:08}}'), or ask for values instead of numbers."
-        )
-    fs = format_settings()
-    return compile(text, tz=fs.tz, key=fs.key, parts=fs.parts, name=spec.name)
-
-
-def reset_period(spec: SequenceSpec, template: Template) -> str | None:
-    """The period ``template``'s counter restarts in for definition ``spec`` (None: never).
-
-    Blank ``reset``: the finest of year, month and day that the template's date shows whole.
-    An explicit period must be one the date shows whole, or numbers would repeat."""
-    reset = _checked_reset(spec)
-    shown = template.period  # the finest period the date parts identify, or None
-    if reset == "never":
-        return None
-    if not reset:
-        if shown is None:
-            return None
-        if shown in _AUTO:
-            return shown
-        return "day"  # the date shows a day (and more): restart daily unless asked otherwise
-    if shown is None or _FINENESS[reset] > _FINENESS[shown]:
-        showing = f"shows at most a whole {shown}" if shown else "shows no whole year"
-        raise InvalidDefinition(
-            f"Sequence {spec.name!r}: reset={reset!r}, but template {template.text!r} "
-            f"{showing}, so numbers of different {reset}s would repeat. Put the {reset} in "
-            f"the template's date (e.g. {{date:%Y%m%d}}) or choose a coarser reset."
-        )
-    return reset
-
-
-def _checked_reset(spec: SequenceSpec) -> str:
-    """The definition's ``reset`` ("" when blank); :class:`InvalidDefinition` unless it is one
-    of :data:`RESETS` (also for a value that is not a string, e.g. a list from settings)."""
-    reset: object = spec.reset or ""
-    if isinstance(reset, str) and (not reset or reset in _FINENESS):
-        return reset
-    got = repr(reset) if isinstance(reset, str) else f"a {type(reset).__name__}"
-    raise InvalidDefinition(
-        f"Sequence {spec.name!r}: reset must be one of {', '.join(RESETS)} or blank; got {got}."
-    )
-
-
-def check_definition(spec: SequenceSpec, strategy: Strategy) -> None:
-    """Validate a definition's template and reset (called by ``strategies.validate``)."""
-    _checked_reset(spec)
-    if not spec.template:
-        return
-    check_template(spec, strategy, compile_template(spec))
-
-
-def check_template(spec: SequenceSpec, strategy: Strategy, template: Template) -> str | None:
-    """The reset period of ``template`` on ``spec``; raises when the strategy cannot keep a
-    counter per period or the template cannot show the sequence's values."""
-    period = reset_period(spec, template)
-    if period and not strategy.keyed_rows:
-        raise InvalidDefinition(
-            f"Sequence {spec.name!r}: template {template.text!r} restarts its counter every "
-            f"{period}, which strategy {spec.strategy!r} cannot do (it keeps no counter row per "
-            f"period). Use strategy 'segment' or 'strict', or set its reset to 'never'."
-        )
-    return period
-
 
 # --- issuing --------------------------------------------------------------------------------
 

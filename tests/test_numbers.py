@@ -478,10 +478,11 @@ def test_regression_the_docs_example_numbers_parse_back() -> None:
 def test_regression_a_reset_that_is_not_a_string_is_refused_typed() -> None:
     """A reset from settings that is a list (unhashable) raised TypeError in the definition
     check, which crashed the system checks."""
+    from django_sequences import templating
     from django_sequences.core.base import SequenceSpec
     from django_sequences.strategies import strategy_for
 
     for reset in (["day"], {"day": 1}, 10**5000, 1.5):
         spec = SequenceSpec(name="x", template="{date:%Y%m%d}{seq:04}", reset=reset)  # type: ignore[arg-type]
         with pytest.raises(InvalidDefinition, match="reset must be one of"):
-            numbers_module.check_definition(spec, strategy_for(spec))
+            templating.check_definition(spec, strategy_for(spec))

@@ -21,8 +21,9 @@ from ..core.validation import check_bounds
 from ..exceptions import InvalidDefinition
 from ..formats.context import ContextKeyConflict, put_dotted
 from ..models import Segment
-from ..numbers import check_template, compile_template, render_preview
+from ..numbers import render_preview
 from ..strategies import validate
+from ..templating import check_template, compile_template
 
 #: Values the preview shows.
 PREVIEW_COUNT = 5

@@ -26,12 +26,12 @@ from ..core.chunks import OUTCOMES
 from ..core.hwm import period_stamp
 from ..exceptions import SequenceError
 from ..models import Segment, Sequence
-from ..numbers import check_template, compile_template
 from ..sources.connections import on_private, resolve_alias, select
 from ..sources.redis import RedisWindowStore
 from ..sources.redisconn import Script
 from ..strategies import Strategy, validate
 from ..strategies.redis import RedisSegmentStrategy
+from ..templating import check_template, compile_template
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper

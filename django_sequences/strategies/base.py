@@ -17,6 +17,7 @@ from django.utils.module_loading import import_string
 from ..core.base import IdGenerator, SequenceSpec
 from ..core.validation import shown
 from ..exceptions import InvalidDefinition
+from ..templating import check_definition
 
 BUILTIN: dict[str, str] = {
     "segment": "django_sequences.strategies.counters.SegmentStrategy",
@@ -127,8 +128,6 @@ def strategy_for(spec: SequenceSpec) -> Strategy:
 
 def validate(spec: SequenceSpec) -> Strategy:
     """Check a definition's strategy and options; return the strategy to build with."""
-    from ..numbers import check_definition
-
     strategy = strategy_for(spec)
     strategy.validate(spec)
     check_definition(spec, strategy)
