@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from . import registry
 from .conf import app_settings
 from .core import forking
 from .core.base import IdGenerator, SequenceSpec
@@ -255,8 +256,7 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
     if found is not None:
         return found
     _check_arguments(name, using, template)
-    from . import registry
-
+    forking.on_fork(_new_lock_in_child)
     with _issuers_lock:
         found = _issuers.get((using, name, template))
         if found is None:
@@ -276,6 +276,15 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
 def reset() -> None:
     with _issuers_lock:
         _issuers.clear()
+
+
+def _new_lock_in_child() -> None:
+    """After fork: the child is single-threaded; a lock a parent thread held is replaced."""
+    global _issuers_lock
+    _issuers_lock = threading.Lock()
+
+
+registry.on_reset(reset)  # the issuers are built on the registry's generators
 
 
 # --- the public functions -------------------------------------------------------------------
@@ -363,8 +372,6 @@ def validate_number(name: str, number: str, *, using: str | None = None) -> bool
 
 
 def _refused(name: str, exc: SequenceError) -> None:
-    from . import registry
-
     registry.refused(name, exc)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from django.apps import apps
 from django.utils.module_loading import import_string
 
 from .conf import app_settings
@@ -189,7 +190,9 @@ class IssueLog(BasePlugin):
     def write(self, event: IssueEvent) -> None:
         from django.utils import timezone
 
-        from .models import IssuedNumber
+        # by name through the app registry: the models import this layer
+
+        IssuedNumber: Any = apps.get_model("django_sequences", "IssuedNumber")
 
         values = list(event.values or [])
         numbers = event.numbers or [""] * len(values)

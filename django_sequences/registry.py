@@ -13,8 +13,10 @@ API runs the plugin chain and a sequence without plugins pays nothing for them.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from . import plugins
 from .conf import app_settings, sequence_defaults
 from .core import forking
 from .core.base import IdGenerator, SequenceSpec
@@ -22,6 +24,7 @@ from .core.plugins import PluggedGenerator
 from .core.validation import check_name, check_using
 from .exceptions import SequenceError, SequenceNotFound
 from .sources.connections import resolve_alias
+from .strategies import validate
 
 if TYPE_CHECKING:
     from .core.plugins import Chain
@@ -56,8 +59,9 @@ def get(name: str, using: str | None) -> IdGenerator:
 
 
 def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGenerator]:
+    # at call time: the API imports this module before Django is set up (a project may import
+    # next_value in its models), and models need the app registry
     from .models import Sequence
-    from .strategies import validate
 
     alias = resolve_alias(using)
     spec = Sequence.objects.spec(name, using=alias)
@@ -93,38 +97,42 @@ def strategy(name: str, using: str | None) -> Strategy:
 
 def chain(name: str) -> Chain | None:
     """The plugins that run around issuing from ``name`` (None: none)."""
-    from .plugins import chain_for
-
-    return chain_for(name)
+    return plugins.chain_for(name)
 
 
 def refused(name: str, exc: SequenceError) -> None:
     """Tell the rejection handler that issuing from ``name`` was refused with ``exc``."""
-    from .plugins import handle_refusal
-
-    handle_refusal(name, exc)
+    plugins.handle_refusal(name, exc)
 
 
 def _new_locks_in_child() -> None:
     """After fork: the child is single-threaded; a lock a parent thread held is replaced."""
     global _build_lock
-    from . import numbers, plugins
-
     _build_lock = threading.RLock()
-    numbers._issuers_lock = threading.Lock()
     plugins._lock = threading.Lock()
 
 
 def reset() -> None:
-    """Forget every generator (their unused ranges become gaps). Settings changes call this."""
-    from . import numbers, plugins
-
+    """Forget every generator (their unused ranges become gaps), and what was built on them
+    (``numbers``' issuers register their reset with :func:`on_reset`). Settings changes call
+    this."""
     with _build_lock:
         _generators.clear()
         _generators[None] = {}
         _built.clear()
-        numbers.reset()
+        for hook in list(_reset_hooks):
+            hook()
         plugins.reset()
+
+
+#: Called by :func:`reset`: the layers built on the registry (the number issuers) forget too.
+_reset_hooks: list[Callable[[], None]] = []
+
+
+def on_reset(fn: Callable[[], None]) -> None:
+    """Call ``fn()`` whenever :func:`reset` runs (once per ``fn``)."""
+    if fn not in _reset_hooks:
+        _reset_hooks.append(fn)
 
 
 def loaded() -> list[tuple[str | None, str]]:

@@ -3,6 +3,10 @@ default) and ``strict`` (one atomic UPDATE per call or batch)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.apps import apps
+
 from ..conf import app_settings
 from ..core.base import IdGenerator, SequenceSpec
 from ..core.segment import SegmentGenerator, Sizing
@@ -51,7 +55,8 @@ class SegmentStrategy(Strategy):
         return self.build_keyed(spec, alias, spec.name)
 
     def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
-        from ..models import Segment
+        # by name through the app registry: the models import this layer
+        Segment: Any = apps.get_model("django_sequences", "Segment")
 
         name = spec.name
         lo, hi = self.steps(spec)
@@ -96,7 +101,8 @@ class StrictStrategy(Strategy):
         return self.build_keyed(spec, alias, spec.name)
 
     def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
-        from ..models import Segment
+        # by name through the app registry: the models import this layer
+        Segment: Any = apps.get_model("django_sequences", "Segment")
 
         gapless: bool = self.option(spec, "gapless")
         shards: int = self.option(spec, "shards")

@@ -8,6 +8,8 @@ import importlib.util
 from dataclasses import replace
 from typing import Any
 
+from django.apps import apps
+
 from ..conf import DEFAULTS, SETTING, app_settings
 from ..core.base import IdGenerator, SequenceSpec, Status
 from ..core.chunks import ChunkSource
@@ -130,7 +132,8 @@ class RedisStrategy(_RedisStrategyBase):
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
-        from ..models import Segment
+        # by name through the app registry: the models import this layer
+        Segment: Any = apps.get_model("django_sequences", "Segment")
 
         name = spec.name
 
@@ -210,7 +213,8 @@ class RedisSegmentStrategy(_RedisStrategyBase):
             )
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
-        from ..models import Segment
+        # by name through the app registry: the models import this layer
+        Segment: Any = apps.get_model("django_sequences", "Segment")
 
         name = spec.name
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from django.apps import apps
 from django.db import connections
 
 from ..conf import app_settings
@@ -143,7 +144,8 @@ class _Wrapper(Strategy):
 def ensure_inner(inner: SequenceSpec, alias: str, *, dry_run: bool = False) -> bool:
     """Make inner definition ``inner`` on ``alias`` unless it exists (``dry_run``: make
     nothing); whether it was missing."""
-    from ..models import Sequence
+    # by name through the app registry: the models import this layer
+    Sequence: Any = apps.get_model("django_sequences", "Sequence")
 
     if Sequence.objects.spec(inner.name, using=alias) is not None:
         return False
