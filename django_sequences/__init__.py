@@ -67,10 +67,12 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name in _API:
+        # on first use: the package imports before Django is set up (PEP 562 __getattr__)
         from . import api
 
         return getattr(api, name)
     if name in _NUMBERS:
+        # on first use, as above
         from . import numbers
 
         return getattr(numbers, name)

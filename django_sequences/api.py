@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import plugins
 from .conf import app_settings
 from .core.base import IdGenerator, KeyedGenerator, Status
 from .core.validation import BIGINT_MAX, BIGINT_MIN, check_count, shown
@@ -124,9 +125,7 @@ class SequenceHandle:
     def status(self) -> Status:
         """This process's view: current range, what remains cached, values per second (from
         the RateStats plugin when it is configured)."""
-        from .plugins import decorate_status
-
-        return decorate_status(self._gen.status(), self.name, self.using)
+        return plugins.decorate_status(self._gen.status(), self.name, self.using)
 
     def __repr__(self) -> str:
         return f"<SequenceHandle {self.name!r}>"

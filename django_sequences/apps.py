@@ -16,7 +16,7 @@ class DjangoSequencesConfig(AppConfig):
 
         # here, not at module level: the models and the registry need the app registry ready
         from . import checks, plugins, registry
-        from .ops.stats import flush_rate_stats
+        from .ops.stats import flush_rate_stats  # (models, through ops.stats)
 
         checks.install()  # the settings checks that need plugins and strategies
         add_listener(registry.reset)

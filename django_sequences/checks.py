@@ -23,6 +23,7 @@ from .core.base import SequenceSpec
 from .core.snowflake import Layout
 from .core.validation import check_bounds, check_name
 from .exceptions import ConfigurationError, InvalidDefinition, InvalidName, SequenceError
+from .fields import SequenceField
 from .formats.template import compile
 from .plugins import build_plugins
 from .strategies import validate
@@ -116,8 +117,6 @@ def check_obfuscation_key(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     ``{seq:short}``) while ``OBFUSCATION_KEY`` is missing; ``W003``: a key under 16 bytes."""
     from django.apps import apps
     from django.core.checks import Warning as CheckWarning
-
-    from .fields import SequenceField
 
     raw = getattr(settings, SETTING, {})
     raw = raw if isinstance(raw, dict) else {}

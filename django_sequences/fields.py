@@ -20,9 +20,12 @@ from django.core import checks
 from django.db import models
 from django.db.models.signals import class_prepared
 
+from .api import next_value, next_values
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError
+from .numbers import issuer
+from .registry import refused
 from .templating import compile_template
 
 
@@ -126,28 +129,20 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
     def issue(self, instance: models.Model) -> str:
         """The instance's number. Its context (the instance's attributes) is checked before a
         value is taken, so a refused save consumes no number."""
-        from .numbers import issuer
-
         found = issuer(self.sequence, self.using, self.template)
         try:
             return found.issue(instance)
         except SequenceError as exc:
-            from .registry import refused
-
             refused(self.sequence, exc)
             raise
 
     def issue_many(self, instances: Sequence[models.Model]) -> list[Any]:
         """One number per instance from one batch, taken only after every instance's context
         was checked."""
-        from .numbers import issuer
-
         found = issuer(self.sequence, self.using, self.template)
         try:
             return found.issue_many(len(instances), list(instances))
         except SequenceError as exc:
-            from .registry import refused
-
             refused(self.sequence, exc)
             raise
 
@@ -229,13 +224,9 @@ class SequenceIntegerField(_SequenceFieldMixin, models.BigIntegerField):  # type
         return name, path, args, kwargs
 
     def issue(self, instance: models.Model) -> int:
-        from .api import next_value
-
         return next_value(self.sequence, using=self.using)
 
     def issue_many(self, instances: Sequence[models.Model]) -> list[Any]:
-        from .api import next_values
-
         return list(next_values(self.sequence, len(instances), using=self.using))
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:

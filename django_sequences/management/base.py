@@ -17,6 +17,7 @@ from typing import Any, ClassVar, NoReturn
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ..exceptions import SequenceError, SequenceNotFound
+from ..ops.overview import missing_hint
 
 
 class JsonCommandError(CommandError):
@@ -63,8 +64,6 @@ class SequenceCommand(BaseCommand):
             try:
                 self.run(options)
             except SequenceNotFound as exc:
-                from ..ops.overview import missing_hint
-
                 hint = missing_hint(exc.name, options.get("database"))
                 raise CommandError(self.UNKNOWN.format(name=exc.name, hint=hint)) from exc
             except SequenceError as exc:
