@@ -40,6 +40,7 @@ from .templating import (
     _STAMP_DIGITS,
     check_template,
     compile_template,
+    forget_compiled,
 )
 
 if TYPE_CHECKING:
@@ -260,14 +261,18 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
     with _issuers_lock:
         found = _issuers.get((using, name, template))
         if found is None:
-            base = registry.get(name, using)
-            spec = registry.spec(name, using)
-            strategy = registry.strategy(name, using)
-            compiled = compile_template(spec, template)
-            chain = registry.chain(name)
-            raw = getattr(base, "inner", base)  # values plugins are not run twice
+            built = registry.build(name, using)  # one lookup: definition, strategy, chain
+            compiled = compile_template(built.spec, template)
+            # the raw generator: values plugins are not run twice (the issuer runs the chain)
             found = NumberIssuer(
-                name, using, spec, resolve_alias(using), strategy, compiled, raw, chain
+                name,
+                using,
+                built.spec,
+                resolve_alias(using),
+                built.strategy,
+                compiled,
+                built.raw,
+                built.chain,
             )
             _issuers[(using, name, template)] = found
     return found
@@ -276,6 +281,7 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
 def reset() -> None:
     with _issuers_lock:
         _issuers.clear()
+    forget_compiled()
 
 
 def _new_lock_in_child() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import plugins
@@ -30,8 +31,22 @@ if TYPE_CHECKING:
     from .core.plugins import Chain
     from .strategies import Strategy
 
+
+@dataclass(frozen=True)
+class Build:
+    """What the registry built for one (alias, sequence): the definition, its strategy, the
+    generator as it came from the strategy (``raw``), the one callers use (``generator``:
+    ``raw`` wrapped in the plugin chain when a plugin applies) and that chain."""
+
+    spec: SequenceSpec
+    strategy: Strategy
+    raw: IdGenerator
+    generator: IdGenerator
+    chain: Chain | None
+
+
 _generators: dict[str | None, dict[str, IdGenerator]] = {None: {}}
-_built: dict[tuple[str | None, str], tuple[SequenceSpec, Strategy]] = {}
+_built: dict[tuple[str | None, str], Build] = {}
 _build_lock = threading.RLock()
 
 
@@ -49,13 +64,22 @@ def get(name: str, using: str | None) -> IdGenerator:
         by_name = _generators.setdefault(using, {})
         gen = by_name.get(name)
         if gen is None:
-            spec, strategy, gen = _build(name, using)
-            _built[(using, name)] = (spec, strategy)
+            spec, strategy, raw = _build(name, using)
             hooks = chain(name)
-            if hooks is not None:
-                gen = PluggedGenerator(gen, hooks, using=using)
+            gen = raw if hooks is None else PluggedGenerator(raw, hooks, using=using)
+            _built[(using, name)] = Build(spec, strategy, raw, gen, hooks)
             by_name[name] = gen
         return gen
+
+
+def build(name: str, using: str | None) -> Build:
+    """Everything built for ``name`` (built on first use): one lookup for callers that need
+    the definition, the strategy and the generator together (``numbers.issuer``)."""
+    found = _built.get((using, name))
+    if found is None:
+        get(name, using)
+        found = _built[(using, name)]
+    return found
 
 
 def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGenerator]:
@@ -86,13 +110,11 @@ def cached(name: object, using: object) -> IdGenerator | None:
 
 def spec(name: str, using: str | None) -> SequenceSpec:
     """The definition ``name``'s generator was built from."""
-    get(name, using)
-    return _built[(using, name)][0]
+    return build(name, using).spec
 
 
 def strategy(name: str, using: str | None) -> Strategy:
-    get(name, using)
-    return _built[(using, name)][1]
+    return build(name, using).strategy
 
 
 def chain(name: str) -> Chain | None:

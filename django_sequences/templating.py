@@ -71,7 +71,23 @@ def compile_template(spec: SequenceSpec, text: str | None = None) -> Template:
             f"it a template (e.g. 'SO{{seq:08}}'), or ask for values instead of numbers."
         )
     fs = format_settings()
-    return compile(text, tz=fs.tz, key=fs.key, parts=fs.parts, name=spec.name)
+    cache_key = (spec.name, text, fs.tz, fs.key, tuple(sorted(fs.parts.items())))
+    found = _compiled.get(cache_key)
+    if found is None:
+        found = compile(text, tz=fs.tz, key=fs.key, parts=fs.parts, name=spec.name)
+        if len(_compiled) < 10_000:
+            _compiled[cache_key] = found
+    return found
+
+
+#: Templates compiled, by (sequence, text and the settings they compiled with): validating a
+#: definition and building its issuer compile once. ``forget_compiled`` empties it (a
+#: settings change resets the registry, which calls it).
+_compiled: dict[tuple[object, ...], Template] = {}
+
+
+def forget_compiled() -> None:
+    _compiled.clear()
 
 
 def reset_period(spec: SequenceSpec, template: Template) -> str | None:

@@ -486,3 +486,27 @@ def test_regression_a_reset_that_is_not_a_string_is_refused_typed() -> None:
         spec = SequenceSpec(name="x", template="{date:%Y%m%d}{seq:04}", reset=reset)  # type: ignore[arg-type]
         with pytest.raises(InvalidDefinition, match="reset must be one of"):
             templating.check_definition(spec, strategy_for(spec))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cold_next_number_compiles_its_template_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validating the definition and building its issuer used to compile the template twice,
+    and the issuer asked the registry four times; one build record now serves both."""
+    from django_sequences import registry, templating
+
+    Sequence.objects.define("cold", step=10, template="C{date:%Y%m%d}{seq:04}")
+    registry.reset()
+    calls: list[str] = []
+    real = templating.compile
+
+    def counting(text: str, **kwargs: object) -> object:
+        calls.append(text)
+        return real(text, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(templating, "compile", counting)
+    first = next_number("cold")
+    assert calls == ["C{date:%Y%m%d}{seq:04}"]
+    assert next_number("cold") != first
+    built = registry.build("cold", None)
+    assert built.spec.template == "C{date:%Y%m%d}{seq:04}" and built.chain is None
+    assert built.generator is built.raw  # no plugin: not wrapped
