@@ -46,7 +46,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
-from functools import cache
 from typing import Any, Protocol, cast
 from zoneinfo import ZoneInfo
 
@@ -1011,84 +1010,6 @@ def _import(path: str, spelled: str, position: int, parser: _Parser) -> type:
 # Check parts
 
 
-@dataclass(frozen=True)
-class _Linear:
-    """A check algorithm that is a sum modulo ``modulus`` of one term per digit, the term
-    depending only on the digit and its distance from the check (0: the digit next to it):
-    ``terms[distance % len(terms)][digit]``; the check is ``finals[sum % modulus]``."""
-
-    modulus: int
-    terms: tuple[tuple[int, ...], ...]
-    finals: tuple[str, ...]
-
-    def total(self, digits: str, distance: int = 0) -> int:
-        terms, period = self.terms, len(self.terms)
-        total = 0
-        for i, char in enumerate(reversed(digits), distance):
-            total += terms[i % period][ord(char) - 48]
-        return total % self.modulus
-
-    def compute(self, digits: str) -> str:
-        return self.finals[self.total(digits)]
-
-
-def _weighted(
-    modulus: int, period: int, weight: Callable[[int], int]
-) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(d * weight(j) % modulus for d in range(10)) for j in range(period))
-
-
-_LINEAR: dict[str, Callable[[], _Linear]] = {
-    # Luhn: every second digit from the right doubled, digit sums added, mod 10
-    "luhn": lambda: _Linear(
-        10,
-        ((0, 2, 4, 6, 8, 1, 3, 5, 7, 9), tuple(range(10))),
-        tuple(str(-r % 10) for r in range(10)),
-    ),
-    # ISO 7064 MOD 11-2: sum of d * 2**(distance + 1) mod 11; check (12 - sum) % 11, 10 -> X
-    "mod11_2": lambda: _Linear(
-        11,
-        _weighted(11, 10, lambda j: pow(2, j + 1, 11)),
-        tuple("0123456789X"[(12 - r) % 11] for r in range(11)),
-    ),
-    # ISO 7064 MOD 97-10: the number * 100 mod 97; check 98 - that, two digits
-    "mod97_10": lambda: _Linear(
-        97,
-        _weighted(97, 96, lambda j: pow(10, j + 2, 97)),
-        tuple(f"{98 - r:02d}" for r in range(97)),
-    ),
-    # jd (seed 000): the number * 9 % 31 % 10
-    "jd": lambda: _Linear(
-        31,
-        _weighted(31, 15, lambda j: pow(10, j, 31)),
-        tuple(str(r * 9 % 31 % 10) for r in range(31)),
-    ),
-}
-
-
-@cache
-def _linear(name: str) -> _Linear | None:
-    """The fast form of algorithm ``name``, if it has one and it agrees with
-    ``checksums.get(name).compute`` on sample inputs."""
-    build = _LINEAR.get(name)
-    if build is None:
-        return None
-    fast, reference = build(), checksums.get(name)
-    samples = [str(7**k) for k in range(1, 60)] + ["00" + str(3**k) for k in range(1, 40)]
-    if any(fast.compute(digits) != reference.compute(digits) for digits in samples):
-        return None
-    return fast
-
-
-@cache
-def _block_table(name: str, distance: int) -> tuple[int, ...]:
-    """The sum, mod the modulus, of each 3-digit block 000..999 whose last digit is at
-    ``distance`` from the check."""
-    linear = _linear(name)
-    assert linear is not None
-    return tuple(linear.total(f"{block:03d}", distance) for block in range(1000))
-
-
 class _Check(_Part):
     """``{check:luhn}`` (the digits of everything to its left) or ``{check:luhn,seq,date}``
     (the digits of the parts named, to its left)."""
@@ -1123,7 +1044,7 @@ class _Check(_Part):
         self.letters = f"{spelled} may render {self.algorithm.alphabet[10:]!r}"
         self.position = 0  # its own position, set by resolve()
         self.covered: list[int] = []  # positions of the parts it covers
-        self.fast: _Linear | None = None  # set by step() when the fast form applies
+        self.fast: checksums.Linear | None = None  # set by step() when the fast form applies
         self.statics: list[tuple[int, int]] = []  # (position, distance) of covered statics
 
     def resolve(self, parts: list[_Part], position: int, parser: _Parser) -> None:
@@ -1167,7 +1088,7 @@ class _Check(_Part):
 
     def step(self, template: Template) -> Step:
         parts = template._parts
-        fast = _linear(self.algorithm_name)
+        fast = checksums.linear(self.algorithm_name)
         if fast is None or any(
             not parts[i].static and parts[i].width is None for i in self.covered
         ):
@@ -1185,7 +1106,12 @@ class _Check(_Part):
                 continue
             assert part.width is not None
             blocks = tuple(
-                (1000**k, _block_table(self.algorithm_name, (distance + 3 * k) % len(fast.terms)))
+                (
+                    1000**k,
+                    checksums.block_table(
+                        self.algorithm_name, (distance + 3 * k) % len(fast.terms)
+                    ),
+                )
                 for k in range((part.width + 2) // 3)
             )
             source = -1 if isinstance(part, _Seq) and part._perm is None else i
