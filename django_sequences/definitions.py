@@ -29,6 +29,7 @@ from .conf import SEQUENCE_FIELDS, app_settings, sequence_defaults
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
 from .exceptions import InvalidDefinition, SequenceNotFound
+from .formats import keys as row_keys
 from .sources.connections import insert, on_private, resolve_alias, select
 from .sources.rows import row_for
 from .strategies import strategy_for, validate
@@ -477,7 +478,7 @@ def shard_keys(spec: SequenceSpec) -> list[str]:
         return []
     if spec.template and reset_period(spec, compile_template(spec)) is not None:
         return []  # per-period shard rows, name:<stamp>#i, are made on first use
-    return [f"{spec.name}#{i}" for i in range(shards)]
+    return row_keys.shard_keys(spec.name, shards)
 
 
 def _provision_shard_rows(

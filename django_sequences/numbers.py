@@ -34,6 +34,7 @@ from .exceptions import (
     SequenceError,
     TemplateError,
 )
+from .formats.keys import period_key
 from .signals import number_issued
 from .sources.connections import resolve_alias
 from .templating import (
@@ -120,7 +121,7 @@ class NumberIssuer:
             with self._lock:
                 gen = self._gens.get(stamp)
                 if gen is None:
-                    row_key = f"{self.name}:{stamp}"
+                    row_key = period_key(self.name, stamp)
                     gen = self._strategy.build_keyed(self.spec, self.alias, row_key)
                     stale = sorted(self._gens)[:-1]  # keep the newest other period
                     for old in stale:

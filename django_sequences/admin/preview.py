@@ -20,6 +20,7 @@ from ..core.base import SequenceSpec
 from ..core.validation import check_bounds
 from ..exceptions import InvalidDefinition
 from ..formats.context import ContextKeyConflict, put_dotted
+from ..formats.keys import period_key, shard_keys
 from ..models import Segment
 from ..numbers import render_preview
 from ..strategies import validate
@@ -72,9 +73,7 @@ def counter_keys(spec: SequenceSpec, *, now: datetime | None = None) -> tuple[li
         period = check_template(spec, strategy, template)
         if period:
             stamp = template.period_stamp(now, period=period)
-    base = f"{spec.name}:{stamp}" if stamp else spec.name
-    shards = _shards(spec)
-    return ([base] if shards == 1 else [f"{base}#{i}" for i in range(shards)]), stamp
+    return shard_keys(period_key(spec.name, stamp), _shards(spec)), stamp
 
 
 def upcoming(

@@ -25,6 +25,7 @@ from ..core.base import SequenceSpec
 from ..core.chunks import OUTCOMES
 from ..core.hwm import period_stamp
 from ..exceptions import SequenceError
+from ..formats.keys import period_key, shard_keys
 from ..models import Segment, Sequence
 from ..sources.connections import on_private, resolve_alias, select
 from ..sources.redis import RedisWindowStore
@@ -192,11 +193,9 @@ def _next_rows(spec: SequenceSpec, strategy: Strategy, now: float) -> tuple[floa
     if reset is None:
         return math.inf, []
     start = next_period_start(now, reset, template.period_tz)
-    key = f"{spec.name}:{template.period_stamp(start, period=reset)}"
+    key = period_key(spec.name, template.period_stamp(start, period=reset))
     shards = spec.options.get("shards", 1) if spec.strategy == "strict" else 1
-    if isinstance(shards, int) and shards > 1:
-        return start, [f"{key}#{i}" for i in range(shards)]
-    return start, [key]
+    return start, shard_keys(key, shards if isinstance(shards, int) else 1)
 
 
 def prewarm_periods(

@@ -13,6 +13,7 @@ from ..core.segment import SegmentGenerator, Sizing
 from ..core.strict import StrictGenerator
 from ..core.validation import shown
 from ..exceptions import InvalidDefinition
+from ..formats.keys import shard_keys
 from .base import Strategy
 
 
@@ -106,7 +107,7 @@ class StrictStrategy(Strategy):
 
         gapless: bool = self.option(spec, "gapless")
         shards: int = self.option(spec, "shards")
-        keys = [row_key] if shards == 1 else [f"{row_key}#{i}" for i in range(shards)]
+        keys = shard_keys(row_key, shards)
 
         def increment(shard: int, count: int) -> tuple[int, int]:
             return Segment.objects.increment(
