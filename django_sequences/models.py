@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from .compat import check_constraint
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
+from .definitions import has_issued, period_change
 from .exceptions import InvalidDefinition, InvalidName, TemplateError
 from .managers import SegmentManager, SequenceManager
 from .sources.workers import WorkerLeaseManager
@@ -63,6 +64,12 @@ class _Bounds(models.Model):
             check_constraint(Q(step__gte=1), "%(app_label)s_%(class)s_step_positive"),
             check_constraint(Q(min_value__lt=F("max_value")), "%(app_label)s_%(class)s_min_lt_max"),
         ]
+
+
+#: Fields of a definition an :class:`InvalidDefinition` may name (``exc.field``).
+_DEFINITION_FIELDS = frozenset(
+    {"step", "min_value", "max_value", "strategy", "options", "template", "reset", "cycle"}
+)
 
 
 class Sequence(_Bounds):
@@ -142,15 +149,15 @@ class Sequence(_Bounds):
         except TemplateError as exc:
             raise ValidationError({"template": str(exc)}) from exc
         except InvalidDefinition as exc:
+            # next to its input when the error names a field of the definition (exc.field)
+            if exc.field in _DEFINITION_FIELDS:
+                raise ValidationError({exc.field: str(exc)}) from exc
             raise ValidationError(str(exc)) from exc
         self._check_period_change()
 
     def _check_period_change(self) -> None:
         """An edit of a sequence that issued must not restart its numbers' counter under the
         same dates (invariant I7): refused with a message on ``reset``."""
-        # definitions reads the strategies and templates, which import these models: a circle
-        from .definitions import has_issued, period_change
-
         if self.pk is None:
             return
         db = self._state.db or "default"

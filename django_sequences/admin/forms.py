@@ -126,9 +126,9 @@ class SequenceForm(forms.ModelForm):
         try:
             check_bounds(step, lo, hi)
         except InvalidDefinition as exc:
-            message = str(exc)
-            target = message.split(" ", 1)[0].split("=", 1)[0]
-            self.add_error(target if target in self.fields else None, message)
+            # next to its input: the error names its field (exc.field)
+            field = exc.field if exc.field in self.fields else None
+            self.add_error(field, str(exc))
             return data
         spec = SequenceSpec(
             name=value("name") or "new",
