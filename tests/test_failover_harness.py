@@ -21,12 +21,12 @@ import shutil
 
 import pytest
 
+from benchmarks import failover
+
 pytestmark = [pytest.mark.slow, pytest.mark.failover]
 
-failover = pytest.importorskip("benchmarks.failover")
-
-#: shorter than the benchmark's defaults; the lag is the same 2 s
-TIMING = {"warmup": 4.0, "lag": 2.0, "after": 5.0}
+#: shorter than the benchmark's defaults (4 s of issuing, 5 s after); the lag is the same 2 s
+WARMUP, LAG, AFTER = 4.0, 2.0, 5.0
 
 NEEDS = {
     "a-async": ["/usr/lib/postgresql"],
@@ -43,7 +43,9 @@ def _run(name: str, *, guard: bool = True) -> failover.ScenarioResult:
     for need in NEEDS[name]:
         found = os.path.exists(need) if need.startswith("/") else shutil.which(need)
         assert found, f"{need} is not installed: scripts/services installs the servers"
-    return failover.run_scenario(name, failover.Options(**TIMING, sequences_settings=settings))
+    return failover.run_scenario(
+        name, failover.Options(warmup=WARMUP, lag=LAG, after=AFTER, sequences_settings=settings)
+    )
 
 
 def _assert_safe(res: failover.ScenarioResult, *, failover_: bool = True) -> None:

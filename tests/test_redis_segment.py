@@ -49,7 +49,10 @@ def define(name: str, prefix: str, **kwargs: Any) -> None:
 
 def window(key: str) -> dict[str, int] | None:
     """The hash's numbers (without ``w``, the writer that last moved it)."""
-    raw = {k.decode(): v for k, v in redisutil.admin().hgetall(key).items()}
+    raw = {
+        (k.decode() if isinstance(k, bytes) else str(k)): v
+        for k, v in redisutil.admin().hgetall(key).items()
+    }
     return {k: int(v) for k, v in raw.items() if k != "w"} or None
 
 
