@@ -118,9 +118,16 @@ def _redis_shared(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _fresh_registry() -> Iterator[None]:
-    """Each test starts with no cached ranges (as a new process would)."""
+    """Each test starts with no cached ranges (as a new process would), and with no lease
+    of an earlier test still in flight: the prefetch thread is stopped after its queued work,
+    so a late lease of the last test's generator cannot take values from a row this test makes
+    under the same name (it made test_plugins' refusal test see P011 for P001 now and then)."""
+    from django_sequences.core.prefetch import default_prefetcher
+
+    default_prefetcher().stop(timeout=10)
     registry.reset()
     yield
+    default_prefetcher().stop(timeout=10)
     registry.reset()
 
 
