@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.apps import apps
 from django.db import IntegrityError, models, transaction
@@ -36,9 +36,10 @@ from .strategies import strategy_for, validate
 from .strategies.autoincrement import create_tables
 from .templating import compile_template, reset_period
 
-if TYPE_CHECKING:
-    from .managers import SequenceManager
-    from .models import Sequence
+#: The manager and the model are handed in by ``SequenceManager``: this module names neither.
+DefinitionManager = Any
+Definition = Any
+
 
 log = logging.getLogger("django_sequences.series")
 
@@ -73,7 +74,7 @@ def _model(name: str) -> Any:
 
 
 def provision_details(
-    objects: SequenceManager,
+    objects: DefinitionManager,
     names: Iterable[str] | None = None,
     *,
     using: str | None = None,
@@ -124,7 +125,7 @@ def provision_details(
 
 
 def _update_definition(
-    objects: SequenceManager,
+    objects: DefinitionManager,
     stored: SequenceSpec,
     declared: dict[str, Any],
     drift: tuple[Drift, ...],
@@ -155,7 +156,7 @@ def _update_definition(
 
 
 def reset_series(
-    objects: SequenceManager, name: str, *, using: str | None = None, dry_run: bool = False
+    objects: DefinitionManager, name: str, *, using: str | None = None, dry_run: bool = False
 ) -> list[SeriesReset]:
     """:meth:`SequenceManager.reset_series
     <django_sequences.managers.SequenceManager.reset_series>` of manager ``objects``."""
@@ -207,7 +208,7 @@ def reset_series(
 
 
 def provision_inner(
-    objects: SequenceManager, name: str, *, using: str | None = None, dry_run: bool = False
+    objects: DefinitionManager, name: str, *, using: str | None = None, dry_run: bool = False
 ) -> list[str]:
     """:meth:`SequenceManager.provision_inner
     <django_sequences.managers.SequenceManager.provision_inner>` of manager ``objects``."""
@@ -219,7 +220,7 @@ def provision_inner(
 
 
 def define(
-    objects: SequenceManager,
+    objects: DefinitionManager,
     name: str,
     *,
     strategy: str = "segment",
@@ -232,7 +233,7 @@ def define(
     reset: str = "",
     using: str | None = None,
     exist_ok: bool = False,
-) -> Sequence:
+) -> Definition:
     """:meth:`SequenceManager.define <django_sequences.managers.SequenceManager.define>` of
     manager ``objects``."""
     check_name(name)
@@ -482,7 +483,7 @@ def shard_keys(spec: SequenceSpec) -> list[str]:
 
 
 def _provision_shard_rows(
-    objects: SequenceManager, spec: SequenceSpec, alias: str, *, dry_run: bool, new: bool
+    objects: DefinitionManager, spec: SequenceSpec, alias: str, *, dry_run: bool, new: bool
 ) -> list[str]:
     """Create the missing shard rows of ``spec`` (each insert commits on its own; a row another
     process inserted first is not reported); the keys created, or those a dry run would

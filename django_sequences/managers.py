@@ -24,10 +24,9 @@ from .sources.connections import on_private, resolve_alias, select
 
 if TYPE_CHECKING:
     from .definitions import Provisioned, SeriesReset
-    from .models import Segment, Sequence
 
 
-class SequenceManager(models.Manager["Sequence"]):
+class SequenceManager(models.Manager[Any]):
     def spec(self, name: str, *, using: str | None = None) -> SequenceSpec | None:
         """The committed definition of ``name``, or None; read on the private connection
         (outside the caller's transaction, and safe in a forked child)."""
@@ -141,7 +140,7 @@ class SequenceManager(models.Manager["Sequence"]):
         reset: str = "",
         using: str | None = None,
         exist_ok: bool = False,
-    ) -> Sequence:
+    ) -> Any:
         """Create a sequence and its counter row, committed at once, or raise before writing.
 
         With ``exist_ok`` an existing sequence of that name is returned unchanged.
@@ -165,7 +164,7 @@ class SequenceManager(models.Manager["Sequence"]):
         )
 
 
-class SegmentManager(models.Manager["Segment"]):
+class SegmentManager(models.Manager[Any]):
     def prune_periods(
         self,
         name: str,
@@ -238,7 +237,7 @@ class SegmentManager(models.Manager["Segment"]):
         it is missing (from the definition's bounds, above a deleted row's mark)."""
         rows.create_missing_row(self.model, w, key, name)
 
-    def check_value(self, row: Segment, new: int, version: int | None = None) -> None:
+    def check_value(self, row: Any, new: int, version: int | None = None) -> None:
         """Raise :class:`InvalidDefinition` (``field`` ``"value"`` or ``"version"``) unless
         counter row ``row`` may be raised to ``new`` by :meth:`raise_value`: never lower (every
         value up to the current one may have been issued), never to where it is, never above
@@ -246,7 +245,7 @@ class SegmentManager(models.Manager["Segment"]):
         the row's (a lease taken since then refuses it too)."""
         rows.check_value(row, new, version)
 
-    def raise_value(self, row: Segment, new: int, version: int) -> None:
+    def raise_value(self, row: Any, new: int, version: int) -> None:
         """Raise counter row ``row`` to ``new`` (a gap: the values between are never issued),
         checked by :meth:`check_value`, and written by optimistic lock on ``version`` in the
         caller's transaction (``UPDATE … SET value = %s, version = version + 1 WHERE key = %s

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import tzinfo
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -21,7 +21,6 @@ from .formats.template import compile
 
 if TYPE_CHECKING:
     from .formats.template import Template
-    from .strategies import Strategy
 
 
 #: Periods a counter may restart in, coarsest first ("never": one counter for ever).
@@ -127,7 +126,15 @@ def _checked_reset(spec: SequenceSpec) -> str:
     )
 
 
-def check_definition(spec: SequenceSpec, strategy: Strategy) -> None:
+class _Strategy(Protocol):
+    """What the checks below need of a strategy (``strategies.base.Strategy`` has it): whether it
+    can keep a counter row per period. A protocol, so this module imports no strategy."""
+
+    @property
+    def keyed_rows(self) -> bool: ...
+
+
+def check_definition(spec: SequenceSpec, strategy: _Strategy) -> None:
     """Validate a definition's template and reset (called by ``strategies.validate``)."""
     _checked_reset(spec)
     if not spec.template:
@@ -135,7 +142,7 @@ def check_definition(spec: SequenceSpec, strategy: Strategy) -> None:
     check_template(spec, strategy, compile_template(spec))
 
 
-def check_template(spec: SequenceSpec, strategy: Strategy, template: Template) -> str | None:
+def check_template(spec: SequenceSpec, strategy: _Strategy, template: Template) -> str | None:
     """The reset period of ``template`` on ``spec``; raises when the strategy cannot keep a
     counter per period or the template cannot show the sequence's values."""
     period = reset_period(spec, template)

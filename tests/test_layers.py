@@ -1,5 +1,6 @@
-"""The package's layers, read from its own imports (``ast``; imports inside functions count,
-``if TYPE_CHECKING:`` blocks do not). docs/architecture.md draws the layers these rules keep.
+"""The package's layers, read from its own imports (``ast``; imports inside functions count, and
+so do the type-only ones under ``if TYPE_CHECKING:``: a type that names a higher layer is a
+dependency on it too). docs/architecture.md draws the layers these rules keep.
 
 Rules (DESIGN.md, issue [3/6]):
 
@@ -109,13 +110,6 @@ def _resolve(module: str, path: Path, node: ast.ImportFrom | ast.Import) -> list
     return found
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(module: str, path: Path) -> Iterator[Import]:
     text = path.read_text()
     lines = text.splitlines()
@@ -128,8 +122,6 @@ def _imports(module: str, path: Path) -> Iterator[Import]:
 
     def walk(node: ast.AST, in_function: bool) -> Iterator[Import]:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                continue
             if isinstance(child, ast.Import | ast.ImportFrom):
                 for target in _resolve(module, path, child):
                     if target != module:

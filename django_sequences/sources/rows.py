@@ -15,7 +15,7 @@ import contextlib
 import sqlite3
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.apps import apps
 from django.db import DatabaseError, IntegrityError, connections, models
@@ -37,11 +37,15 @@ from ..exceptions import (
 from . import writers
 from .connections import insert, on_private, resolve_alias, select
 
-if TYPE_CHECKING:
-    from ..models import Segment, Sequence
+#: The counter-row model (and its definition model) are handed in by the manager: the store
+#: names no model, so these are plain aliases.
+RowModel = type[Any]
+DefinitionModel = type[Any]
+Row = Any
+Definition = Any
 
 
-def _sequence_model(model: type[Segment]) -> type[Sequence]:
+def _sequence_model(model: RowModel) -> DefinitionModel:
     """The definitions model of counter-row model ``model`` (what its ``sequence`` points to)."""
     found: Any = model._meta.get_field("sequence").related_model
     return found
@@ -51,7 +55,7 @@ def _sequence_model(model: type[Segment]) -> type[Sequence]:
 
 
 def lease(
-    model: type[Segment],
+    model: RowModel,
     key: str,
     count: int | None = None,
     *,
@@ -70,7 +74,7 @@ def lease(
 
 
 def increment(
-    model: type[Segment],
+    model: RowModel,
     key: str,
     count: int = 1,
     *,
@@ -100,7 +104,7 @@ def increment(
 
 
 def _increment_on(
-    model: type[Segment],
+    model: RowModel,
     w: BaseDatabaseWrapper,
     key: str,
     count: int,
@@ -131,7 +135,7 @@ def _increment_on(
 
 
 def _lease_once(
-    model: type[Segment],
+    model: RowModel,
     w: BaseDatabaseWrapper,
     key: str,
     count: int | None,
@@ -177,7 +181,7 @@ def _lease_once(
     raise AssertionError("unreachable")
 
 
-def create_missing_row(model: type[Segment], w: BaseDatabaseWrapper, key: str, name: str) -> None:
+def create_missing_row(model: RowModel, w: BaseDatabaseWrapper, key: str, name: str) -> None:
     """A row not made yet: a definition made by ``objects.create`` or the admin, or the
     shard and period rows a definition gets on first use."""
     seq_model = _sequence_model(model)
@@ -193,7 +197,7 @@ def create_missing_row(model: type[Segment], w: BaseDatabaseWrapper, key: str, n
         insert(w, row_for(model, w, seq, key))
 
 
-def row_for(model: type[Segment], w: BaseDatabaseWrapper, seq: Sequence, key: str) -> Segment:
+def row_for(model: RowModel, w: BaseDatabaseWrapper, seq: Definition, key: str) -> Row:
     """A new counter row ``key`` of ``seq``, read on connection ``w``: it starts at
     ``min_value - 1``, or above the mark a deleted row of that key left (invariant I7: a
     re-definition never issues the old series' values again)."""
@@ -220,7 +224,7 @@ def _mark_of(w: BaseDatabaseWrapper, key: str) -> int:
 
 
 def prune_periods(
-    model: type[Segment],
+    model: RowModel,
     name: str,
     *,
     keep: int = 2,
@@ -252,7 +256,7 @@ def prune_periods(
 # --- raising a row's value by hand -------------------------------------------------------------
 
 
-def check_value(row: Segment, new: int, version: int | None = None) -> None:
+def check_value(row: Row, new: int, version: int | None = None) -> None:
     """Raise :class:`InvalidDefinition` unless counter row ``row`` (as read) may be raised to
     ``new``: never lower (every value up to the current one may have been issued), never to
     where it is, never above ``max_value``; ``version``, the row's version when ``new`` was
@@ -282,7 +286,7 @@ def check_value(row: Segment, new: int, version: int | None = None) -> None:
         )
 
 
-def raise_value(model: type[Segment], row: Segment, new: int, version: int) -> None:
+def raise_value(model: RowModel, row: Row, new: int, version: int) -> None:
     """Raise counter row ``row`` to ``new`` if :func:`check_value` allows it and the row is
     still at ``version``: one ``UPDATE … SET value = %s, version = version + 1 WHERE key = %s
     AND version = %s``, on the row's database in the caller's transaction, so a lease taken
@@ -417,7 +421,7 @@ def _pace_params(n: int) -> list[int]:
 _sql_cache: dict[tuple[type, str], _LeaseSQL] = {}
 
 
-def _lease_sql(model: type[Segment], w: BaseDatabaseWrapper) -> _LeaseSQL:
+def _lease_sql(model: RowModel, w: BaseDatabaseWrapper) -> _LeaseSQL:
     """The lease statements for ``w``'s vendor, built once from the models' ``_meta``."""
     found = _sql_cache.get((model, w.vendor))
     if found is None:

@@ -53,7 +53,7 @@ import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -66,8 +66,10 @@ from ..core.workerslot import tick_ns_of
 from . import writers
 from .connections import select
 
-if TYPE_CHECKING:
-    from ..models import WorkerLease
+#: The worker-lease model is handed in by the manager: the store names no model.
+LeaseModel = type[Any]
+Lease = Any
+
 
 log = logging.getLogger("django_sequences.workers")
 
@@ -171,7 +173,7 @@ ROW = ("worker_id", "expires_at", "version", "last_timestamp", "writer", "renewe
 
 
 def read_rows(
-    model: type[WorkerLease], w: BaseDatabaseWrapper, namespace: str, max_worker: int | None
+    model: LeaseModel, w: BaseDatabaseWrapper, namespace: str, max_worker: int | None
 ) -> list[Any]:
     """The :data:`ROW` columns of ``namespace``'s rows (ids up to ``max_worker``, if given), by
     id."""
@@ -182,7 +184,7 @@ def read_rows(
 
 
 def fence(
-    model: type[WorkerLease],
+    model: LeaseModel,
     w: BaseDatabaseWrapper,
     namespace: str,
     max_worker: int | None,
@@ -242,7 +244,7 @@ def fence(
 
 
 def renew_fenced(
-    model: type[WorkerLease],
+    model: LeaseModel,
     w: BaseDatabaseWrapper,
     namespace: str,
     worker_id: int,

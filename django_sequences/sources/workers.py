@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from django.apps import apps
 from django.db import IntegrityError, models
@@ -67,8 +67,11 @@ from .workerguard import (
     update_rows,
 )
 
-if TYPE_CHECKING:
-    from ..models import WorkerLease
+#: The worker-lease model is handed in by the manager (``self.model``): the store names no
+#: model.
+LeaseModel = type[Any]
+Lease = Any
+
 
 __all__ = [
     # what other modules and the tests have always imported from here
@@ -90,7 +93,7 @@ __all__ = [
 _HOST = socket.gethostname()[:255]
 
 
-class WorkerLeaseManager(models.Manager["WorkerLease"]):
+class WorkerLeaseManager(models.Manager[Any]):
     """Acquire, renew and release worker-id leases on the private connection."""
 
     def acquire(
@@ -223,7 +226,7 @@ class WorkerLeaseManager(models.Manager["WorkerLease"]):
         for worker_id in range(max_worker + 1) if fenced is None else ():
             if worker_id in held:
                 continue
-            lease: WorkerLease = self.model(
+            lease: Lease = self.model(
                 namespace=namespace, worker_id=worker_id, last_timestamp=ahead, version=1, **fields
             )
             try:
