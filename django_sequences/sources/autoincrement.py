@@ -354,15 +354,9 @@ class _WriterSQL:
         else:
             self.create = f"INSERT INTO {t} {cols} ON CONFLICT ({key}) DO NOTHING"
         # The pace: the most ids inserted within one second. A process adds its count n of
-        # second s once s is over. Assignments in this order read the old columns on every
-        # vendor (MariaDB/MySQL assign left to right, reading the new values of columns already
-        # assigned); a count that arrives after a later second was started only raises the pace.
+        # second s once s is over.
         self.pace = (
-            f"UPDATE {t} SET "
-            f"{pace} = CASE WHEN {ps} = %s THEN GREATEST({pace}, {pc} + %s) "
-            f"ELSE GREATEST({pace}, %s) END, "
-            f"{pc} = CASE WHEN {ps} = %s THEN {pc} + %s WHEN {ps} > %s THEN {pc} ELSE %s END, "
-            f"{ps} = GREATEST({ps}, %s), {at} = %s WHERE {key} = %s"
+            f"UPDATE {t} SET {writers.pace_assignments(pace, ps, pc)}, {at} = %s WHERE {key} = %s"
         )
 
 
@@ -385,7 +379,7 @@ def _count_pace(w: BaseDatabaseWrapper, table: str, state: _TableWriter, n: int)
         state.second, state.count = second, 0
         if done:
             now = w.ops.adapt_datetimefield_value(timezone.now())
-            params = [last, done, done, last, done, last, done, last, now, counter_key(table)]
+            params = [*writers.pace_params(last, done), now, counter_key(table)]
             with w.cursor() as c:
                 c.execute(_sql(w).pace, params)
     state.count += n

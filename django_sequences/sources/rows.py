@@ -414,8 +414,7 @@ class _LeaseSQL:
 
 def _pace_params(n: int) -> list[int]:
     """Parameters of the pace assignments (:func:`_lease_sql`) for a lease of ``n`` values."""
-    second = writers.pace_second()
-    return [second, n, n, second, n, n, second]
+    return writers.pace_params(writers.pace_second(), n)
 
 
 _sql_cache: dict[tuple[type, str], _LeaseSQL] = {}
@@ -445,13 +444,8 @@ def _lease_sql(model: RowModel, w: BaseDatabaseWrapper) -> _LeaseSQL:
             f"WHERE s.{col('key')} = %s"
         )
         # The pace: the most values leased within one second (of the leasing host's clock).
-        # Assignments in this order read the old columns on every vendor (MariaDB/MySQL
-        # assign left to right, reading the new values of columns already assigned).
-        pace, ps, pc = col("pace"), col("pace_second"), col("pace_count")
-        pace_sets = (
-            f", {pace} = CASE WHEN {ps} = %s THEN GREATEST({pace}, {pc} + %s) "
-            f"ELSE GREATEST({pace}, %s) END, "
-            f"{pc} = CASE WHEN {ps} = %s THEN {pc} + %s ELSE %s END, {ps} = %s"
+        pace_sets = ", " + writers.pace_assignments(
+            col("pace"), col("pace_second"), col("pace_count")
         )
         if identity is None:
             pace_sets = ""

@@ -140,6 +140,27 @@ def pace_second() -> int:
     return int(time.time())
 
 
+def pace_assignments(pace: str, second: str, count: str) -> str:
+    """SQL ``SET`` assignments adding a count ``n`` of values taken in second ``s`` to a row's
+    pace (column ``pace``: the most values in one second; ``second`` and ``count``: the second
+    being counted and its count so far); parameters :func:`pace_params`. A count that arrives
+    after a later second was started (another host's clock a little behind) only raises the
+    pace. In this order every assignment reads the old columns on every vendor (MariaDB/MySQL
+    assign left to right, reading the new values of columns already assigned)."""
+    return (
+        f"{pace} = CASE WHEN {second} = %s THEN GREATEST({pace}, {count} + %s) "
+        f"ELSE GREATEST({pace}, %s) END, "
+        f"{count} = CASE WHEN {second} = %s THEN {count} + %s WHEN {second} > %s THEN {count} "
+        f"ELSE %s END, "
+        f"{second} = GREATEST({second}, %s)"
+    )
+
+
+def pace_params(second: int, n: int) -> list[int]:
+    """The parameters of :func:`pace_assignments` for ``n`` values taken in ``second``."""
+    return [second, n, n, second, n, second, n, second]
+
+
 @dataclass(frozen=True)
 class Jump:
     """One counter moved ahead because another writer answers (a failover)."""
