@@ -37,7 +37,6 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -172,17 +171,6 @@ class Jump:
     before: int
     after: int
     at: datetime
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "store": self.store,
-            "key": self.key,
-            "old_writer": self.old_writer,
-            "new_writer": self.new_writer,
-            "before": self.before,
-            "after": self.after,
-            "at": self.at.isoformat(),
-        }
 
 
 _jumps: collections.deque[Jump] = collections.deque(maxlen=100)
