@@ -66,14 +66,19 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    # PEP 562: called only for names not in the module yet. Each one found is stored in the
+    # module, so that later accesses (``ds.next_value``) cost a plain attribute read.
     if name in _API:
-        # on first use: the package imports before Django is set up (PEP 562 __getattr__)
+        # on first use: the package imports before Django is set up
         from . import api
 
-        return getattr(api, name)
-    if name in _NUMBERS:
+        value = getattr(api, name)
+    elif name in _NUMBERS:
         # on first use, as above
         from . import numbers
 
-        return getattr(numbers, name)
-    raise AttributeError(f"module 'django_sequences' has no attribute {name!r}")
+        value = getattr(numbers, name)
+    else:
+        raise AttributeError(f"module 'django_sequences' has no attribute {name!r}")
+    globals()[name] = value
+    return value

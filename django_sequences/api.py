@@ -17,13 +17,25 @@ def next_value(name: str, *, key: str | None = None, using: str | None = None) -
 
     ``key`` is the sub-key of a sharded sequence (order holds per sub-key).
     """
+    # One frame down to the counter: a generator with an in-memory fast path exposes it as
+    # ``it`` (``next(it)`` hands out a value or raises StopIteration: then ask ``next()``).
     try:
         gen = _generators[using][name]
     except (KeyError, TypeError):
         gen = get(name, using)
-    try:
-        if key is None:
+    if key is None:
+        it = gen.it
+        if it is not None:
+            try:
+                return next(it)
+            except StopIteration:
+                pass
+        try:
             return gen.next()
+        except SequenceError as exc:
+            refused(name, exc)
+            raise
+    try:
         return _keyed(gen, key).next_for(key)
     except SequenceError as exc:
         refused(name, exc)
@@ -54,7 +66,14 @@ async def anext_value(name: str, *, key: str | None = None, using: str | None = 
     memory already (a segment's current or prefetched range); anything that may wait on a
     store (building the generator, a lease, a round trip) runs in a thread."""
     if key is None:
-        fast = getattr(cached(name, using), "try_take", None)
+        gen = cached(name, using)
+        it = gen.it if gen is not None else None
+        if it is not None:
+            try:
+                return next(it)
+            except StopIteration:
+                pass
+        fast = getattr(gen, "try_take", None)
         if fast is not None:
             got = fast(1)
             if got is not None:
@@ -74,7 +93,7 @@ async def anext_values(
         if fast is not None:
             got = fast(count)
             if got is not None:
-                return range(got.start, got.stop)
+                return got
     from asgiref.sync import sync_to_async
 
     return await sync_to_async(next_values, thread_sensitive=False)(
@@ -112,9 +131,16 @@ class SequenceHandle:
             self.next = self._gen.next  # type: ignore[method-assign,assignment]
 
     def next(self, *, key: str | None = None) -> int:
+        gen = self._gen
         if key is None:
-            return self._gen.next()
-        return _keyed(self._gen, key).next_for(key)
+            it = gen.it
+            if it is not None:
+                try:
+                    return next(it)
+                except StopIteration:
+                    pass
+            return gen.next()
+        return _keyed(gen, key).next_for(key)
 
     def take(self, count: int, *, key: str | None = None) -> range | list[int]:
         check_count(count, app_settings.MAX_BATCH)

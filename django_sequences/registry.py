@@ -15,12 +15,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from . import plugins
 from .conf import app_settings, sequence_defaults
 from .core import forking
-from .core.base import IdGenerator, SequenceSpec
+from .core.base import IdGenerator, Issuing, SequenceSpec
 from .core.plugins import PluggedGenerator
 from .core.validation import check_name, check_using
 from .exceptions import SequenceError, SequenceNotFound
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .strategies import Strategy
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Build:
     """What the registry built for one (alias, sequence): the definition, its strategy, the
     generator as it came from the strategy (``raw``), the one callers use (``generator``:
@@ -40,17 +40,17 @@ class Build:
 
     spec: SequenceSpec
     strategy: Strategy
-    raw: IdGenerator
-    generator: IdGenerator
+    raw: Issuing
+    generator: Issuing
     chain: Chain | None
 
 
-_generators: dict[str | None, dict[str, IdGenerator]] = {None: {}}
+_generators: dict[str | None, dict[str, Issuing]] = {None: {}}
 _built: dict[tuple[str | None, str], Build] = {}
 _build_lock = threading.RLock()
 
 
-def get(name: str, using: str | None) -> IdGenerator:
+def get(name: str, using: str | None) -> Issuing:
     """The generator for ``name`` (validated and built on first use)."""
     try:
         return _generators[using][name]
@@ -62,14 +62,40 @@ def get(name: str, using: str | None) -> IdGenerator:
     forking.on_fork(_new_locks_in_child)
     with _build_lock:
         by_name = _generators.setdefault(using, {})
-        gen = by_name.get(name)
-        if gen is None:
-            spec, strategy, raw = _build(name, using)
-            hooks = chain(name)
-            gen = raw if hooks is None else PluggedGenerator(raw, hooks, using=using)
-            _built[(using, name)] = Build(spec, strategy, raw, gen, hooks)
-            by_name[name] = gen
+        found = by_name.get(name)
+        if found is not None:
+            return found
+        spec, strategy, built = _build(name, using)
+        raw = _issuing(built)
+        hooks = chain(name)
+        gen: Issuing = raw if hooks is None else PluggedGenerator(raw, hooks, using=using)
+        _built[(using, name)] = Build(spec, strategy, raw, gen, hooks)
+        by_name[name] = gen
         return gen
+
+
+class _Plain:
+    """A custom generator that has no ``it`` and takes no attribute: passed through."""
+
+    it = None
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._inner, attr)
+
+
+def _issuing(gen: IdGenerator) -> Issuing:
+    """``gen`` with its fast path ``it`` (``Issuing``): as it is when it has one; a custom
+    generator without gets ``it = None`` set on it, or a pass-through when it takes none."""
+    if hasattr(gen, "it"):
+        return cast(Issuing, gen)
+    try:
+        gen.it = None  # type: ignore[attr-defined]
+    except AttributeError:
+        return cast(Issuing, _Plain(gen))
+    return cast(Issuing, gen)
 
 
 def build(name: str, using: str | None) -> Build:
@@ -99,7 +125,7 @@ def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGene
     return spec, strategy, strategy.build(spec, alias)
 
 
-def cached(name: object, using: object) -> IdGenerator | None:
+def cached(name: object, using: object) -> Issuing | None:
     """The generator already built for ``name``, or None (also for arguments of the wrong
     type: ``get`` refuses those with a typed error)."""
     try:

@@ -73,7 +73,7 @@ class SlowSegmentStrategy(Strategy):
         class Recording(SegmentGenerator):
             fast_threads: list[int] = []
 
-            def try_take(self, count: int) -> range | None:
+            def try_take(self, count: int) -> range | list[int] | None:
                 self.fast_threads.append(threading.get_ident())
                 return super().try_take(count)
 

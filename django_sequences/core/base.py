@@ -3,7 +3,7 @@ built from. Pure Python."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -68,6 +68,16 @@ class IdGenerator(Protocol):
         ...
 
     def status(self) -> Status: ...
+
+
+class Issuing(IdGenerator, Protocol):
+    """A generator as the registry holds it: with ``it``, its in-memory fast path or None."""
+
+    it: Iterator[int] | None
+    """``next(gen.it)`` hands out a value, or raises ``StopIteration`` when the memory it
+    covers is used up; then ``next()`` does the rest. Read it afresh for every value (the
+    generator replaces it). The built-in generators without such a path say None; the
+    registry sets None on a custom generator that has no ``it`` at all."""
 
 
 @runtime_checkable

@@ -40,7 +40,7 @@ import collections
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..exceptions import (
@@ -92,6 +92,9 @@ class FailoverGenerator:
     """Round robin over 2^n partitions with failover (see the module docstring)."""
 
     strategy = "failover"
+
+    #: No in-memory fast path (see ``IdGenerator.it``): callers use ``next()``.
+    it: Iterator[int] | None = None
 
     def __init__(
         self,

@@ -113,7 +113,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -209,6 +209,9 @@ class HwmGenerator:
     docstring). ``period`` prefixes every value with the period's stamp."""
 
     strategy = "redis"
+
+    #: No in-memory fast path (see ``IdGenerator.it``): callers use ``next()``.
+    it: Iterator[int] | None = None
 
     def __init__(
         self,

@@ -28,6 +28,8 @@ from .segment import SegmentGenerator, Sizing
 
 
 class MemoryBitsGenerator(SegmentGenerator):
+    __slots__ = ("_inner", "bits")
+
     strategy = "memory_bits"
 
     def __init__(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -130,6 +130,8 @@ class PluggedGenerator:
     #: No in-memory shortcut: every value must pass the chain (the async API then runs the
     #: chain off the event loop).
     try_take = None
+    #: No fast path either: ``next()`` runs the chain.
+    it: Iterator[int] | None = None
 
     def __init__(self, inner: IdGenerator, chain: Chain, *, using: str | None = None) -> None:
         self.inner = inner

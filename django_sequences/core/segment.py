@@ -1,24 +1,41 @@
 """The segment generator: trend-increasing values from leased ranges, double-buffered.
 
-Algorithm. The generator holds a *current* range ``[_cur, _last]`` and the *pending* ranges leased
-after it (one, except where a lease returns several runs, as ``memory_bits`` over ``failover``).
-``next()`` takes the lock, hands out ``_cur`` and adds one: no I/O, no allocation beyond the int.
-When the value handed out reaches ``_trigger`` (the point where ``PREFETCH_THRESHOLD`` of the
-current range is used), the generator asks the process's prefetcher thread to lease the next
-range. When the current range runs out, the next one is swapped in; only if it is not there yet
-does the caller wait for the lease in flight, or lease synchronously when none is in flight.
+Algorithm. The generator holds a *current* range ``[_first, _last]`` and the *pending* ranges
+leased after it (one, except where a lease returns several runs, as ``memory_bits`` over
+``failover``). The current range is handed out in *chunks* of up to ``_CHUNK`` values: the
+chunk is a ``range`` iterator, ``it``, and ``next(gen.it)`` is the whole fast path: on CPython
+with the GIL, ``next()`` of a range iterator is one C call, atomic, so the fast path takes no
+lock and every value comes out once (:data:`LOCK_FREE`; a free-threaded build keeps ``it``
+empty and hands out every value under the lock). When the chunk is used up, ``next()`` takes
+the lock and cuts the next chunk from ``_cur`` (the first value in no chunk); that is where the
+prefetch is decided. When the current range runs out, the next one is swapped in; only if it is
+not there yet does the caller wait for the lease in flight, or lease synchronously when none is
+in flight.
+
+A batch (``take``) takes the lock and first *unchunks*: ``min()`` drains what is left of the
+chunk in one C call, so each of those values was either handed out by the fast path before or
+comes back to ``_cur`` now, never both; the batch then cuts its values from ``_cur``, without
+a gap. A thread that read ``it`` before the drain finds it used up and goes the locked way.
+Values a thread receives increase, whatever it mixes.
+
+Prefetch, by time. The next lease starts when the chunk being cut reaches the *trigger* (the
+point where ``PREFETCH_THRESHOLD`` of the range is used), or earlier: when what is left of the
+range lasts less than the *lead time* at the measured rate. The lead time is ``_LEASES_AHEAD``
+measured lease durations (a lease's time rises at once with a slow lease and falls back a
+quarter of the way per lease), at least ``_MIN_LEAD``. The rate is a moving average of what
+each range measured (values used / seconds it served), and what the current one measured so
+far.
 
 Adaptive sizing (``sizing``, optional). With a :class:`Sizing`, each lease asks for as many values
 as the measured consumption rate uses up in ``target`` seconds, bounded by ``[min, max]``, and
-the prefetch starts early enough that what is left lasts ``lead`` seconds (at least three
-measured lease round trips) at that rate, or once ``threshold`` of the range is used, whichever
-comes first. The rate is a moving average of what each range measured (values used / seconds
-it served), so a burst raises the next lease at once and an idle spell lowers it range by range.
-Without a ``Sizing`` every lease asks for the store's own step (``count=None``).
+the lead time is at least ``lead`` seconds. The rate follows a burst at once and an idle spell
+range by range. Without a ``Sizing`` every lease asks for the store's own step
+(``count=None``).
 
 What ``_lock`` protects: every attribute below prefixed with an underscore except ``_lease``,
-``_prefetcher``, ``_clock`` and ``name``. I/O never happens while it is held; ``_cond`` (on the
-same lock) lets callers wait for a lease in flight.
+``_prefetcher``, ``_clock`` and ``name``; ``it`` is replaced under it. I/O never happens while
+it is held; ``_cond`` (on the same lock, made when a caller first waits) lets callers wait for a
+lease in flight.
 
 A refused batch consumes nothing (I10): when ``take(n)`` has set aside what was left and the
 lease for the rest fails (``max_value`` reached, the store down, a wait that timed out), the
@@ -33,11 +50,12 @@ loses what is left of its ranges: gaps, never duplicates.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import contextvars
 import itertools
 import math
+import operator
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -53,6 +71,17 @@ from .prefetch import Prefetcher, default_prefetcher
 LeaseFn = Callable[[int | None], tuple[int, int]]
 
 _NEVER = 1 << 200  # a trigger no value reaches
+
+#: Whether ``next()`` of a range iterator is atomic here (CPython with the GIL), so the fast
+#: path may hand out values without the lock. A free-threaded build keeps every value under it.
+LOCK_FREE: bool = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+_EMPTY: Iterator[int] = iter(())  # used up: next() raises StopIteration
+#: Most values in one chunk (see the module docstring): the fast path's unit of work, and what
+#: a batch may have to drain from it.
+_CHUNK = 1024
+_LEASES_AHEAD = 4  # the next lease starts when what is left lasts this many leases
+_MIN_LEAD = 0.002  # ... and never later than when it lasts 2 ms
 
 _exact: contextvars.ContextVar[bool] = contextvars.ContextVar("exact_leases", default=False)
 
@@ -96,6 +125,37 @@ class Sizing:
 class SegmentGenerator:
     """Double-buffered, prefetching range generator (see the module docstring)."""
 
+    __slots__ = (
+        "__weakref__",
+        "_changes",
+        "_chunk",
+        "_clock",
+        "_cond",
+        "_consumed",
+        "_cur",
+        "_fetching",
+        "_first",
+        "_last",
+        "_last_error",
+        "_lease",
+        "_lease_time",
+        "_leases",
+        "_lock",
+        "_mark",
+        "_pending",
+        "_prefetcher",
+        "_rate",
+        "_sizes",
+        "_sizing",
+        "_step_hint",
+        "_threshold",
+        "_trigger",
+        "_wait_timeout",
+        "_waits",
+        "it",
+        "name",
+    )
+
     strategy = "segment"
 
     def __init__(
@@ -121,35 +181,43 @@ class SegmentGenerator:
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._cur = 1
+        self._cond: threading.Condition | None = None  # made when a caller first waits
+        #: The fast path's iterator (see :data:`LOCK_FREE`): ``next(gen.it)`` hands out a
+        #: value of the current chunk, or raises StopIteration: then call ``gen.next()``.
+        self.it: Iterator[int] = _EMPTY
+        self._chunk: Iterator[int] = _EMPTY  # the current chunk's values not handed out yet
+        self._cur = 1  # the first value of the current range in no chunk and not handed out
         self._last = 0  # empty: _cur > _last
         self._first = 1
         self._trigger = _NEVER
-        self._pending: collections.deque[tuple[int, int]] = collections.deque()
+        self._pending: list[tuple[int, int]] = []  # runs leased after the current range
         self._fetching = False
         self._leases = 0
+        self._changes = 0  # ranges installed
+        self._waits = 0  # calls that found the memory dry and waited for (or made) a lease
         self._consumed = 0  # sizes of the ranges used up before the current one
         self._step_hint = 0  # size of a regular lease; 0 until the first one
         self._last_error: BaseException | None = None
-        # (monotonic time, values issued up to then) at each range change; feeds ``rate``
-        self._history: collections.deque[tuple[float, int]] = collections.deque(maxlen=16)
         self._mark = (self._clock.monotonic(), 1)  # (time, _cur then): where the rate counts from
-        self._rate = 0.0  # adaptive sizing: moving average of values per second
-        self._lease_time = 0.0  # adaptive sizing: moving average of a lease's seconds
-        self._sizes: collections.deque[int] = collections.deque(maxlen=8)  # sizes asked for
+        self._rate = 0.0  # moving average of values per second, range by range
+        self._lease_time = 0.0  # a lease's seconds: rises at once, decays slowly
+        self._sizes: list[int] | None = None  # adaptive sizing: the sizes last asked for
 
     # --- the fast path -------------------------------------------------------------------
 
     def next(self) -> int:
         """Return one value."""
+        try:
+            return next(self.it)
+        except StopIteration:
+            pass
         with self._lock:
-            v = self._cur
-            if v <= self._last:
-                self._cur = v + 1
-                if v >= self._trigger:
-                    self._request_prefetch()
-                return v
+            while True:
+                v = next(self._chunk, None)
+                if v is not None:
+                    return v
+                if not self._refill():
+                    break
         return self._take_slow(1)[0]
 
     def take(self, count: int) -> range | list[int]:
@@ -158,6 +226,7 @@ class SegmentGenerator:
         ``count`` is trusted here; the public API validates it.
         """
         with self._lock:
+            self._unchunk()
             v = self._cur
             end = v + count
             if end - 1 <= self._last:
@@ -167,26 +236,79 @@ class SegmentGenerator:
                 return range(v, end)
         return self._take_slow(count)
 
-    def try_take(self, count: int) -> range | None:
-        """``count`` values if they can be had from memory now (the current range, or the
-        next one already leased), else None: never waits, never leases. The async API's fast
+    def try_take(self, count: int) -> range | list[int] | None:
+        """``count`` values if they can be had from memory now (the current range and the
+        ranges already leased), else None: never waits, never leases. The async API's fast
         path (the event loop must not block on a lease)."""
         with self._lock:
-            v = self._cur
-            end = v + count
-            if end - 1 > self._last and self._pending and self._cur > self._last:
-                first, last = self._pending.popleft()
-                self._install(first, last)
-                v = self._cur
-                end = v + count
-            if end - 1 <= self._last:
-                self._cur = end
-                if end - 1 >= self._trigger:
-                    self._request_prefetch()
-                return range(v, end)
-        return None
+            self._unchunk()
+            avail = self._last - self._cur + 1 if self._cur <= self._last else 0
+            if avail + sum(last - first + 1 for first, last in self._pending) < count:
+                return None
+            pieces: list[range] = []
+            need = count
+            while need:
+                if self._cur > self._last:
+                    first, last = self._pending.pop(0)
+                    self._install(first, last)
+                k = min(need, self._last - self._cur + 1)
+                pieces.append(range(self._cur, self._cur + k))
+                self._cur += k
+                need -= k
+            if self._cur - 1 >= self._trigger:
+                self._request_prefetch()
+            return _join(pieces)
 
     # --- everything else runs rarely -----------------------------------------------------
+
+    def _unchunk(self) -> None:
+        """Put what is left of the current chunk back in the range (lock held): ``min()``
+        drains a range iterator in one C call, so a value is either handed out by the fast
+        path before it or back at ``_cur`` after it, never both."""
+        first = min(self._chunk, default=None)
+        if first is not None:
+            self._cur = first
+
+    def _refill(self) -> bool:
+        """The current chunk is used up: cut the next one from the current range, or from
+        the next leased range (lock held). False when memory holds no value."""
+        cur = self._cur
+        if cur > self._last:
+            if not self._pending:
+                return False
+            first, last = self._pending.pop(0)
+            self._install(first, last)
+            cur = first
+        last = self._last
+        stop = min(last + 1, cur + max(1, min(_CHUNK, (last - self._first + 1) >> 2)))
+        trigger = self._trigger
+        if cur < trigger < stop:
+            stop = trigger  # the chunk that hands out the trigger value starts with it
+        chunk = iter(range(cur, stop))
+        self._chunk = chunk
+        self._cur = stop
+        if LOCK_FREE:
+            self.it = chunk
+        if cur >= trigger:
+            self._request_prefetch()
+        elif self._trigger != _NEVER and not self._fetching and not self._pending:
+            # by time: what is left must outlast several leases at the current rate
+            now = self._clock.monotonic()
+            t0, v0 = self._mark
+            rate = self._rate
+            if cur > v0 and now - t0 >= 0.001:  # what this range has handed out so far
+                rate = max(rate, (cur - v0) / (now - t0))
+            if (last - stop + 1) < rate * self._lead():
+                self._request_prefetch()
+        return True
+
+    def _lead(self) -> float:
+        """Seconds of values to have left when the next lease starts: several measured
+        leases (lock held)."""
+        lead = _LEASES_AHEAD * self._lease_time
+        if self._sizing is not None:
+            lead = max(lead, self._sizing.lead)
+        return max(lead, _MIN_LEAD)
 
     def _request_prefetch(self) -> None:
         # lock held
@@ -196,12 +318,13 @@ class SegmentGenerator:
             (self._prefetcher or default_prefetcher()).submit(self)
 
     def _install(self, first: int, last: int) -> None:
-        # lock held; makes [first, last] the current range
+        # lock held; makes [first, last] the current range (the chunk is used up)
         now = self._clock.monotonic()
         if self._last >= self._first:
             self._consumed += self._last - self._first + 1
-            if self._sizing is not None and self._cur > self._last:  # ran through it: a sample
+            if self._cur > self._last:  # ran through it: a sample of the rate
                 self._sample(self._cur, now)
+        self._changes += 1
         self._first = first
         self._cur = first
         self._last = last
@@ -210,12 +333,10 @@ class SegmentGenerator:
         trigger = first + int(size * self._threshold)
         if _exact.get():  # a one-shot call: nothing to prefetch for
             trigger = _NEVER
-        elif self._sizing is not None and self._rate > 0:
+        elif self._rate > 0:
             # start early enough that what is left outlasts the lead time at the measured rate
-            lead = max(self._sizing.lead, 3 * self._lease_time)
-            trigger = max(first, min(trigger, last - int(self._rate * lead)))
+            trigger = max(first, min(trigger, last - int(self._rate * self._lead())))
         self._trigger = trigger
-        self._history.append((now, self._consumed))
 
     def _sample(self, cur: int, now: float) -> None:
         # lock held; fold the values handed out since the mark into the rate
@@ -225,15 +346,21 @@ class SegmentGenerator:
             self._rate = rate if self._rate <= 0 else (self._rate + rate) / 2
         self._mark = (now, cur)
 
+    def _handed(self) -> int:
+        """The next value the fast path would hand out (lock held; the chunk may move on)."""
+        return self._cur - operator.length_hint(self._chunk)
+
     def _lease_size(self) -> int | None:
         # lock held; the size of the next regular lease (None: the store's step)
         sizing = self._sizing
         if sizing is None:
             return None
         if self._last >= self._first:  # what the current range measured so far
-            self._sample(min(self._cur, self._last + 1), self._clock.monotonic())
+            self._sample(min(self._handed(), self._last + 1), self._clock.monotonic())
         size = sizing.size(self._rate)
-        self._sizes.append(size)
+        sizes = self._sizes if self._sizes is not None else []
+        sizes.append(size)
+        self._sizes = sizes[-8:]
         return size
 
     def _take_slow(self, count: int) -> range | list[int]:
@@ -253,18 +380,25 @@ class SegmentGenerator:
         runs = [(p.start, p.stop - 1) for p in pieces if p]
         pieces.clear()
         if runs:
-            self._pending.extendleft(reversed(runs))
+            self._pending[:0] = runs
             # they count as issued until now (their range was used up, or is being used)
             self._consumed -= sum(last - first + 1 for first, last in runs)
+            self._notify()
+
+    def _notify(self) -> None:
+        # lock held; wake the callers waiting for a lease, if any ever waited
+        if self._cond is not None:
             self._cond.notify_all()
 
     def _take_pieces(self, count: int, pieces: list[range]) -> range | list[int]:
         need = count
         deadline = self._clock.monotonic() + self._wait_timeout
+        counted = False
         while need:
             lease_size: int | None
             regular = True
             with self._lock:
+                self._unchunk()
                 while True:
                     avail = self._last - self._cur + 1
                     if avail > 0:
@@ -279,9 +413,12 @@ class SegmentGenerator:
                             break
                         continue
                     if self._pending:
-                        first, last = self._pending.popleft()
+                        first, last = self._pending.pop(0)
                         self._install(first, last)
                         continue
+                    if not counted and self._leases:
+                        counted = True  # memory ran dry under this caller (not the first lease)
+                        self._waits += 1
                     if self._fetching:
                         left = deadline - self._clock.monotonic()
                         if left <= 0:
@@ -290,7 +427,10 @@ class SegmentGenerator:
                                 f"Sequence {self.name!r}: no range after waiting "
                                 f"{self._wait_timeout:g} s for a lease in flight."
                             )
+                        if self._cond is None:
+                            self._cond = threading.Condition(self._lock)
                         self._cond.wait(left)
+                        self._unchunk()  # others may have cut a chunk while it waited
                         continue
                     # nothing cached and nothing in flight: lease here, outside the lock
                     self._fetching = True
@@ -330,37 +470,47 @@ class SegmentGenerator:
                     self._give_back(pieces)
                 self._fetching = False
                 self._last_error = exc
-                self._cond.notify_all()
+                self._notify()
             raise
         took = self._clock.monotonic() - started
         with self._lock:
             self._fetching = False
             self._leases += 1
             self._last_error = None
-            self._lease_time = took if self._lease_time <= 0 else (self._lease_time + took) / 2
+            # rises at once with a slow lease, falls back a quarter of the way per lease
+            prev = self._lease_time
+            self._lease_time = took if took >= prev else prev + (took - prev) / 4
             if regular:  # (not a big take's own lease): what a regular lease brings
                 self._step_hint = size or sum(last - first + 1 for first, last in runs)
             self._pending.extend(runs)
-            self._cond.notify_all()
+            self._notify()
 
     def status(self) -> Status:
         with self._lock:
-            has = self._cur <= self._last
-            remaining = max(0, self._last - self._cur + 1)
+            cur = self._handed()
+            has = cur <= self._last
+            remaining = max(0, self._last - cur + 1)
             nxt = self._pending[0] if self._pending else None
             remaining += sum(last - first + 1 for first, last in self._pending)
-            issued = self._consumed + (self._cur - self._first if self._last >= self._first else 0)
+            issued = self._consumed + (cur - self._first if self._last >= self._first else 0)
             now = self._clock.monotonic()
-            rate = 0.0
-            if self._history:
-                t0, n0 = self._history[0]
-                if now > t0:
-                    rate = (issued - n0) / (now - t0)
+            rate = self._rate
+            t0, v0 = self._mark
+            if has and cur > v0 and now > t0:  # the current range so far
+                now_rate = (cur - v0) / (now - t0)
+                rate = now_rate if rate <= 0 else (rate + now_rate) / 2
             err = self._last_error
+            details: dict[str, Any] = {
+                "range_changes": self._changes,
+                "waits": self._waits,
+                "lease_seconds": round(self._lease_time, 6),
+            }
+            if self._sizing is not None:
+                details["adaptive"] = self._sizing_details()
             return Status(
                 name=self.name,
                 strategy=self.strategy,
-                current=self._cur if has else None,
+                current=cur if has else None,
                 range=(self._first, self._last) if self._last >= self._first else None,
                 remaining=remaining,
                 next_range=nxt,
@@ -369,7 +519,7 @@ class SegmentGenerator:
                 issued=issued,
                 rate=rate,
                 last_error=f"{type(err).__name__}: {err}" if err is not None else None,
-                details=self._sizing_details() if self._sizing is not None else {},
+                details=details,
             )
 
     def _sizing_details(self) -> dict[str, Any]:
@@ -377,15 +527,13 @@ class SegmentGenerator:
         sizing = self._sizing
         assert sizing is not None
         return {
-            "adaptive": {
-                "min_size": sizing.min,
-                "max_size": sizing.max,
-                "target_seconds": sizing.target,
-                "lead_seconds": max(sizing.lead, 3 * self._lease_time),
-                "measured_rate": round(self._rate, 3),
-                "lease_seconds": round(self._lease_time, 6),
-                "recent_sizes": list(self._sizes),
-            }
+            "min_size": sizing.min,
+            "max_size": sizing.max,
+            "target_seconds": sizing.target,
+            "lead_seconds": self._lead(),
+            "measured_rate": round(self._rate, 3),
+            "lease_seconds": round(self._lease_time, 6),
+            "recent_sizes": list(self._sizes or ()),
         }
 
     def _after_fork_in_child(self) -> None:

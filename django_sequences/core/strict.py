@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from .base import Status
 
@@ -29,6 +29,9 @@ IncrementFn = Callable[[int, int], tuple[int, int]]
 
 class StrictGenerator:
     strategy = "strict"
+
+    #: No in-memory fast path (see ``IdGenerator.it``): callers use ``next()``.
+    it: Iterator[int] | None = None
 
     def __init__(self, name: str, increment: IncrementFn, *, shards: int = 1) -> None:
         self.name = name

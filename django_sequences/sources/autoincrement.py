@@ -51,6 +51,7 @@ import re
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 from django.apps import apps
@@ -174,6 +175,9 @@ class AutoIncrementGenerator:
     """
 
     strategy = "autoincrement"
+
+    #: No in-memory fast path (see ``IdGenerator.it``): callers use ``next()``.
+    it: Iterator[int] | None = None
 
     def __init__(
         self, name: str, tables: list[tuple[str, str]], *, bits: int, retry_after: float

@@ -162,6 +162,8 @@ class RedisStrategy(_RedisStrategyBase):
 class RedisSegmentGenerator(SegmentGenerator):
     """A :class:`SegmentGenerator` whose ranges are chunks of the shared Redis window."""
 
+    __slots__ = ("source", "store")
+
     strategy = "redis_segment"
 
     def __init__(
