@@ -3,7 +3,6 @@ clock: rollback, restart on a clock that went back, a full tick (all on an injec
 
 from __future__ import annotations
 
-import itertools
 import json
 import multiprocessing
 import sys
@@ -361,11 +360,15 @@ def test_a_clock_back_within_the_tolerance_is_waited_out() -> None:
     g = build("sf", clock)
     v1 = g.next()
     clock.set_wall(clock.t - 0.003)  # NTP steps the clock back 3 ms
-    v2 = g.next()
-    assert v2 > v1
-    # waited until its clock reached the tick it had used (2.5 ms: it was half-way through it)
-    assert sum(clock.sleeps) == pytest.approx(0.0025, abs=0.0002)
-    assert g.explain(v2)["timestamp"] == g.explain(v1)["timestamp"]  # the same tick, continued
+    v2 = g.next()  # the tick lasts on the monotonic clock: the step is seen when it ends
+    assert v2 == v1 + 1 and clock.sleeps == []
+    clock.advance(MS)
+    v3 = g.next()
+    assert v3 > v2
+    # waited until its clock reached the tick it had used (1.5 ms: 3 ms back, then 1 ms on,
+    # from half-way through it)
+    assert sum(clock.sleeps) == pytest.approx(0.0015, abs=0.0002)
+    assert g.explain(v3)["timestamp"] == g.explain(v1)["timestamp"]  # the same tick, continued
 
 
 @db
@@ -376,13 +379,15 @@ def test_a_clock_back_beyond_the_tolerance_raises_and_issues_nothing() -> None:
     v1 = g.next()
     now = clock.t
     clock.set_wall(now - 1.0)
+    assert g.next() == v1 + 1  # before the tick's end on the monotonic clock: still that tick
+    clock.advance(MS)
     for _ in range(3):
         with pytest.raises(ClockMovedBackwards, match="ms behind the last time") as info:
             g.next()
-        assert info.value.behind_ms == pytest.approx(999.5, abs=0.01)
+        assert info.value.behind_ms == pytest.approx(998.5, abs=0.01)
     with pytest.raises(ClockMovedBackwards):
         g.take(10)
-    assert clock.sleeps == [] and g.status().issued == 1
+    assert clock.sleeps == [] and g.status().issued == 2
     clock.set_wall(now + MS)  # the clock is fixed
     assert g.next() > v1
 
@@ -439,14 +444,15 @@ def test_the_time_field_running_out_or_a_clock_before_the_epoch() -> None:
         early.next()
 
 
-def test_peeking_at_a_counter_takes_nothing() -> None:
-    """Status counts values by peeking at the tick's counter (its repr; copying is deprecated)."""
-    from django_sequences.core.ticks import _peek
-
-    c = itertools.count(7)
-    next(c)
-    assert _peek(c) == 8
-    assert next(c) == 8
+@db
+def test_status_counts_a_ticks_values_without_taking_one() -> None:
+    """Status counts the values of the current tick from what its iterator has left."""
+    Sequence.objects.define("sf", strategy="snowflake")
+    g = build("sf", FakeClock())
+    got = [g.next() for _ in range(3)]
+    assert g.status().issued == 3
+    assert g.explain(g.next())["sequence"] == 3 and g.status().issued == 4
+    assert got == [got[0], got[0] + 1, got[0] + 2]
 
 
 @db

@@ -9,9 +9,9 @@ rests on two things (invariant I4):
   ``sources/workers.py``) that expires ``ttl`` seconds after its last renewal, judged by the
   store's clock. This process stops issuing at ``deadline`` = (monotonic time taken *before* the
   renewal's round trip) + ``ttl`` - ``margin``, so it stops before any other process can take the
-  id over. The deadline is checked on every call, fast path included. Past it, the generator
-  renews (same id, if nobody took it) or acquires another id, or raises
-  :class:`~django_sequences.exceptions.WorkerLeaseLost`; it issues nothing meanwhile.
+  id over. The deadline is checked on every call (the fast path's through ``end``, below).
+  Past it, the generator renews (same id, if nobody took it) or acquires another id, or
+  raises :class:`~django_sequences.exceptions.WorkerLeaseLost`; it issues nothing meanwhile.
 * **A persisted bound.** Values use only ticks <= ``ahead``, a tick that was written to the
   lease (``last_timestamp``) by a successful conditional renewal *before* any value used it
   (``ahead`` = now + a window of at most 1 s, pushed forward by the heartbeat, or synchronously
@@ -23,17 +23,23 @@ Within the process the tick never goes back: a clock that went back by up to
 ``tolerance_ms`` is waited out, further raises
 :class:`~django_sequences.exceptions.ClockMovedBackwards` and issues nothing.
 
-The fast path (GIL builds) takes no lock: the state of the current tick is one immutable tuple
-``(tick, counter, base)`` whose ``counter`` is an ``itertools.count`` (``next()`` on it is atomic
-under the GIL). A call reads the clock, reads the tuple, compares the tick, compares the
-monotonic clock with the deadline, and adds ``base`` to ``next(counter)``. Anything else (a new
-tick, a full tick, the deadline, the bound, a clock that went back) goes to the slow path under
-``_lock``, which re-reads the clock and replaces the tuple only by one of a *later* tick; so
-one live tuple per tick ever exists, and two threads can never get the same counter in the same
-tick. (A thread that read the tuple just before it was replaced may still take a value of the
-old tick: it is unique, and still below the persisted bound.) Lease I/O runs under
-``_io``, never under ``_lock``. Free-threaded builds (no GIL) and strategies that need
-all-or-nothing batches (``locked=True``) run the same steps under ``_lock``.
+The fast path (GIL builds) takes no lock and reads one clock. The current tick's state is one
+immutable tuple ``(end, values, base, tick)``: ``values`` iterates over the tick's values left
+(a range iterator: ``next()`` on it is atomic under the GIL), ``end`` is the earlier of the
+tick's end and the lease deadline on the *monotonic* clock (ns), worked out under ``_lock`` when
+the tuple is made (the monotonic clock read first, so it errs early). A call reads the tuple,
+reads the monotonic clock, compares, and returns ``next(values)``: no value at or past the
+deadline, whatever the wall clock does. A step of the wall clock is seen when the tick ends on
+the monotonic clock (meanwhile values are the current tick's: unique, increasing). Anything
+else (the end, a full tick, the deadline, the bound, a clock that went back) goes to the slow
+path under ``_lock``, which re-reads both clocks and replaces the tuple only by one of a
+*later* tick, or by one of the same tick sharing its ``values`` (a new ``end``: after a
+renewal, or while the wall clock is still in that tick); so one live iterator per tick ever
+exists, and two threads never get the same counter in one tick. (A thread that read the
+tuple just before it was replaced may still take a value of the old tick: it is unique, and
+below the persisted bound.) Lease I/O runs under ``_io``, never under ``_lock``. Free-threaded
+builds (no GIL) and strategies that need all-or-nothing batches (``locked=True``) run the same
+steps under ``_lock``.
 """
 
 from __future__ import annotations
@@ -41,12 +47,14 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import operator
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..exceptions import BackendUnavailable, ClockMovedBackwards, InvalidKey, WorkerLeaseLost
 from . import forking
@@ -55,7 +63,7 @@ from .clock import SYSTEM_CLOCK, Clock, SystemClock
 
 log = logging.getLogger("django_sequences.workers")
 
-#: True where ``next()`` on an ``itertools.count`` is atomic (a GIL build).
+#: True where ``next()`` on a range iterator is atomic (a GIL build).
 LOCK_FREE: bool = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 #: The persisted bound runs this far ahead of the clock (capped at half the lease TTL).
@@ -140,6 +148,28 @@ class _WallNs:
         return round(self._wall() * 1e9)
 
 
+class _MonoNs:
+    """``time.monotonic_ns()`` for an injected clock (tests), rounded down like :func:`_to_ns`
+    (so a time at or past a deadline is never judged before it)."""
+
+    __slots__ = ("_mono",)
+
+    def __init__(self, clock: Clock) -> None:
+        self._mono = clock.monotonic
+
+    def __call__(self) -> int:
+        return math.floor(self._mono() * 1e9)
+
+
+#: Before every monotonic time: the ``end`` of a state that serves nothing lock-free.
+_NEVER = -(1 << 63)
+
+
+def _to_ns(seconds: float) -> int:
+    """A deadline in monotonic seconds (the slot's unit) as monotonic ns, rounded down."""
+    return math.floor(seconds * 1e9) if math.isfinite(seconds) else _NEVER
+
+
 def _is_system(clock: Clock) -> bool:
     return clock is SYSTEM_CLOCK or type(clock) is SystemClock
 
@@ -150,10 +180,27 @@ _LEASE, _BACK, _FULL, _TICK = "lease", "back", "full", "tick"
 _PAST = 1e-6
 
 
-def _peek(counter: Iterator[int]) -> int:
-    """The next number of an ``itertools.count`` without taking it (its repr is ``count(n)``;
-    copying counters is deprecated since Python 3.12)."""
-    return int(repr(counter)[6:-1])
+#: A tick's state: (end in monotonic ns, the iterator of its values left, base, tick).
+State = tuple[int, Iterator[int], int, int]
+
+
+def _lock_free_next(mono_ns: Callable[[], int]) -> Callable[[Any, None], int]:
+    """The lock-free ``next`` reading the monotonic clock ``mono_ns`` (a closure: one clock for
+    the class, ``time.monotonic_ns``, another per generator on an injected clock)."""
+
+    def next_value(self: LeasedTickGenerator, key: None = None) -> int:
+        """One value (lock-free; see the module docstring)."""
+        if key is not None:
+            raise _no_key(self)
+        st = self._st  # read before the clock: a pause in between makes the clock later
+        if mono_ns() < st[0]:
+            try:
+                return next(st[1])
+            except StopIteration:  # the tick is full (zero-cost ``try`` on 3.11+)
+                pass
+        return self._grab(1)[0]
+
+    return next_value
 
 
 class LeasedTickGenerator:
@@ -194,11 +241,14 @@ class LeasedTickGenerator:
         self._heartbeat_interval = heartbeat_interval
         self._locked = type(self).locked or not LOCK_FREE
         self._ns: Callable[[], int]
-        self._mono: Callable[[], float]
+        self._mono_ns: Callable[[], int]
         if _is_system(clock):
-            self._ns, self._mono = time.time_ns, time.monotonic
+            self._ns, self._mono_ns = time.time_ns, time.monotonic_ns
         else:
-            self._ns, self._mono = _WallNs(clock), clock.monotonic
+            self._ns, self._mono_ns = _WallNs(clock), _MonoNs(clock)
+            if not self._locked:  # the same fast path, on the injected clock
+                fast = _lock_free_next(self._mono_ns)
+                self.next = types.MethodType(fast, self)  # type: ignore[method-assign]
         window_s = min(AHEAD_SECONDS, slot.ttl / 2)
         self._window = max(1, int(window_s * 1e9) // unit_ns)
         self._shared_cap = _YEAR_10000_NS // unit_ns if self.shared_floor else None
@@ -208,9 +258,9 @@ class LeasedTickGenerator:
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._io = threading.Lock()
-        self._st: tuple[int, Iterator[int], int] = self._sentinel(-1)
+        self._st: State = self._sentinel(-1)
         self._worker: int | None = None
-        self._deadline = -math.inf
+        self._deadline = _NEVER  # monotonic ns
         self._ahead = -1
         self._soft = -1
         self._start = -1  # the sequence's floor (shared_floor): no tick before it
@@ -224,9 +274,9 @@ class LeasedTickGenerator:
         self._next_beat = 0.0
         self._nudged = False
 
-    def _sentinel(self, tick: int) -> tuple[int, Iterator[int], int]:
+    def _sentinel(self, tick: int) -> State:
         """A state for ``tick`` with nothing left in it: the next value needs a later tick."""
-        return (tick, itertools.count(self._cap + 1), -1)
+        return (_NEVER, iter(()), -1, tick)
 
     # --- subclass hooks ------------------------------------------------------------------
 
@@ -243,18 +293,19 @@ class LeasedTickGenerator:
     #: ``next`` takes the handle's ``key`` argument itself (refusing any key), so a
     #: ``SequenceHandle`` can hand out this bound method and save a call layer.
     next_takes_key: ClassVar[bool] = True
+    #: No bare iterator for ``next_value`` (see ``IdGenerator.it``): a value needs the clock
+    #: read against the state's end (the tick's, or the lease deadline) first, so callers
+    #: call ``next()``, whose fast path is that read and ``next()`` of the tick's iterator.
+    it: Iterator[int] | None = None
 
-    def next(self, key: None = None) -> int:
-        """One value (lock-free; see the module docstring)."""
-        if key is not None:
-            raise _no_key(self)
-        t = self._ns() // self._unit_ns
-        st = self._st
-        if st[0] == t and self._mono() < self._deadline:
-            s = next(st[1])
-            if s <= self._cap:
-                return st[2] + s
-        return self._grab(1)[0]
+    if TYPE_CHECKING:
+
+        def next(self, key: None = None) -> int:
+            """One value (lock-free; see the module docstring)."""
+            ...
+
+    else:
+        next = _lock_free_next(time.monotonic_ns)
 
     def _next_locked(self, key: None = None) -> int:
         """One value, every step under ``_lock`` (locked subclasses, free-threaded builds)."""
@@ -291,18 +342,20 @@ class LeasedTickGenerator:
         waited_back = 0.0
         while True:
             with self._lock:
+                m = self._mono_ns()  # first: a tick's end worked out from it errs early
                 ns = self._ns()
                 t = ns // self._unit_ns
                 st = self._st
+                tick = st[3]
                 pause = 0.0
-                if self._worker is None or self._mono() >= self._deadline:
+                if self._worker is None or m >= self._deadline:
                     action = _LEASE
-                elif t < st[0]:
-                    action, pause = _BACK, (st[0] * self._unit_ns - ns) / 1e9
+                elif t < tick:
+                    action, pause = _BACK, (tick * self._unit_ns - ns) / 1e9
                 elif t < self._start:  # behind a tick the sequence reached: as a clock back
                     action, pause = _BACK, (self._start * self._unit_ns - ns) / 1e9
-                elif t == st[0]:
-                    got = self._from_current(st, count)
+                elif t == tick:
+                    got = self._from_current(st, count, self._end(m, ns, t))
                     if got is not None:
                         return got
                     # a full tick waits for the next one; a tick the id's previous owner used
@@ -318,13 +371,15 @@ class LeasedTickGenerator:
                     base = self._base(t, self._worker)
                     k = min(count, self._room) if self._locked else 1
                     self._retire(st)
-                    self._st = (t, itertools.count(self._first + k), base)
+                    lo = base + self._first
+                    values = iter(range(lo + k, base + self._cap + 1))
+                    self._st = (self._end(m, ns, t), values, base, t)
                     self._pos = self._first + k
                     if t > self._soft and self._heartbeat is not None:
                         self._soft = self._ahead  # once per bound
                         self._nudged = True
                         self._heartbeat.nudge(self)
-                    return range(base + self._first, base + self._first + k)
+                    return range(lo, lo + k)
             if action is _LEASE:
                 self._refresh_lease()
             elif action is _BACK:
@@ -339,13 +394,24 @@ class LeasedTickGenerator:
                     self._on_full(t, count)
                 self._sleep(max(0.0, pause) + _PAST)
 
-    def _from_current(self, st: tuple[int, Iterator[int], int], count: int) -> range | None:
-        # lock held; st is the state of the current tick
+    def _end(self, m: int, ns: int, t: int) -> int:
+        """Until when (monotonic ns) the fast path may serve tick ``t``: the tick's end, read
+        at monotonic ``m`` and wall ``ns``, or the lease deadline if that comes first."""
+        return min(m + (t + 1) * self._unit_ns - ns, self._deadline)
+
+    def _from_current(self, st: State, count: int, end: int) -> range | None:
+        # lock held; st is the state of the current tick (by the wall clock), whose fast path
+        # may have ended early (a renewal since, or a wall clock behind the monotonic one):
+        # it serves on until ``end``, with the same iterator
         if st[2] < 0:
             return None
         if not self._locked:
-            s = next(st[1])
-            return range(st[2] + s, st[2] + s + 1) if s <= self._cap else None
+            v = next(st[1], None)
+            if v is None:
+                return None
+            if end != st[0]:
+                self._st = (end, st[1], st[2], st[3])
+            return range(v, v + 1)
         s = self._pos
         k = min(count, self._cap - s + 1)
         if k <= 0 or (k < count and self._all_or_nothing):
@@ -361,14 +427,15 @@ class LeasedTickGenerator:
     def _all_or_nothing(self) -> bool:
         return False
 
-    def _used(self, st: tuple[int, Iterator[int], int]) -> int:
+    def _used(self, st: State) -> int:
         # lock held: how many values the tick of ``st`` gave out
         if st[2] < 0:
             return 0
-        pos = self._pos if self._locked else _peek(st[1])
-        return min(pos, self._cap + 1) - self._first
+        if self._locked:
+            return min(self._pos, self._cap + 1) - self._first
+        return self._room - operator.length_hint(st[1])
 
-    def _retire(self, st: tuple[int, Iterator[int], int]) -> None:
+    def _retire(self, st: State) -> None:
         # lock held (status only; late fast-path callers of the old tuple may still add a few)
         self._issued += self._used(st)
 
@@ -378,8 +445,8 @@ class LeasedTickGenerator:
         """Renew (pushing the bound) or acquire a lease; raise if that is impossible."""
         with self._io:
             with self._lock:
+                live = self._worker is not None and self._mono_ns() < self._deadline
                 t = self._ns() // self._unit_ns
-                live = self._worker is not None and self._mono() < self._deadline
                 if live and t <= self._ahead:
                     return  # another thread did it meanwhile
                 had = self._worker is not None
@@ -425,7 +492,7 @@ class LeasedTickGenerator:
         # lock held
         self._retire(self._st)
         self._worker = g.worker_id
-        self._st = self._sentinel(max(self._st[0], g.floor))
+        self._st = self._sentinel(max(self._st[3], g.floor))
         self._start = g.shared
         self._set_bound(g.bound, g.deadline)
 
@@ -434,17 +501,19 @@ class LeasedTickGenerator:
         self._set_bound(r.bound, r.deadline)
 
     def _set_bound(self, bound: int, deadline: float) -> None:
+        # the current tick's state keeps its end: the next call past it goes to the slow path,
+        # which moves it (``_from_current``)
         self._ahead = bound
         self._soft = bound - self._window // 2 if self._window >= 2 else bound
-        self._deadline = deadline
+        self._deadline = _to_ns(deadline)
         self._nudged = False
 
     def _drop(self) -> None:
         # lock held: no lease; the next value needs a new one, in a later tick
         self._retire(self._st)
         self._worker = None
-        self._deadline = -math.inf
-        self._st = self._sentinel(self._st[0])
+        self._deadline = _NEVER
+        self._st = self._sentinel(self._st[3])
         self._ahead = self._soft = -1
 
     def _beat(self) -> None:
@@ -477,14 +546,14 @@ class LeasedTickGenerator:
         with self._io:
             with self._lock:
                 held = self._worker is not None
-                last = self._st[0]
+                last = self._st[3]
                 self._drop()
             if held:
                 self._slot.release(last if last >= 0 else None)
 
     def _after_fork_in_child(self) -> None:
         """I3: the child never uses its parent's worker id; it acquires its own."""
-        tick = self._st[0]
+        tick = self._st[3]
         self._init_state()
         self._st = self._sentinel(tick)
         self._slot._after_fork_in_child()
@@ -499,11 +568,11 @@ class LeasedTickGenerator:
         with self._lock:
             st = self._st
             issued = self._issued + self._used(st)
-            remaining = self._deadline - self._mono()
+            remaining = (self._deadline - self._mono_ns()) / 1e9
             details: dict[str, Any] = {
                 "worker_id": self._worker,
                 "lease_remaining": round(remaining, 3) if self._worker is not None else None,
-                "last_tick": st[0] if st[0] >= 0 else None,
+                "last_tick": st[3] if st[3] >= 0 else None,
                 "persisted_until": self._ahead if self._ahead >= 0 else None,
                 "acquisitions": self._acquisitions,
                 "renewals": self._renewals,
