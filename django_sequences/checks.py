@@ -171,7 +171,7 @@ def settings_problems(s: dict[str, Any]) -> list[Problem]:
     """E009 (plugins, rejection handler) and E006 (declared sequences): the checks of
     ``DJANGO_SEQUENCES`` that build plugins and validate strategies, which ``conf`` cannot
     import; :func:`install` hands this to ``conf.problems``."""
-    return [*_plugin_problems(s), *_sequence_problems(s["SEQUENCES"])]
+    return [*_plugin_problems(s), *_sequence_problems(s["SEQUENCES"], s)]
 
 
 def install() -> None:
@@ -207,7 +207,7 @@ def _plugin_problems(s: dict[str, Any]) -> list[Problem]:
     return out
 
 
-def _sequence_problems(seqs: object) -> list[Problem]:
+def _sequence_problems(seqs: object, s: dict[str, Any]) -> list[Problem]:
     if not isinstance(seqs, dict):
         return [
             Problem(
@@ -229,7 +229,7 @@ def _sequence_problems(seqs: object) -> list[Problem]:
                 raise InvalidDefinition(
                     f"unknown option(s) {sorted(unknown)}; known: {sorted(SEQUENCE_KEYS)}"
                 )
-            d = sequence_defaults(opts)
+            d = sequence_defaults(opts, s)
             check_bounds(d["step"], d["min_value"], d["max_value"])
             if not isinstance(d["options"], dict):
                 raise InvalidDefinition(f"options must be a dict, not {d['options']!r}")

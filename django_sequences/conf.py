@@ -28,8 +28,10 @@ DEFAULTS: dict[str, Any] = {
     # Database alias holding definitions and counter rows; None: the router's choice for
     # writes of Segment, else "default".
     "DATABASE": None,
-    # Values one lease takes when a definition does not say (the Segment row's step).
+    # A definition without a step: its step (the Segment row's); a plain segment sequence
+    # (no template) leases adaptively from there up to DEFAULT_MAX_STEP (docs/concepts.md).
     "DEFAULT_STEP": 1000,
+    "DEFAULT_MAX_STEP": 1_000_000,
     # Fraction of the current range used before the next range is leased in the background.
     "PREFETCH_THRESHOLD": 0.2,
     # Largest count next_values() accepts.
@@ -130,6 +132,10 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
     for key in ("DEFAULT_STEP", "MAX_BATCH", "LEASE_RETRIES", "HTTP_MAX_COUNT"):
         if not _pos_int(s[key]):
             out.append(_type(key, "an int of at least 1", s))
+    if not _pos_int(s["DEFAULT_MAX_STEP"]) or (
+        _pos_int(s["DEFAULT_STEP"]) and s["DEFAULT_MAX_STEP"] < s["DEFAULT_STEP"]
+    ):
+        out.append(_type("DEFAULT_MAX_STEP", "an int of at least DEFAULT_STEP", s))
     for key in ("LEASE_BACKOFF", "LEASE_WAIT_TIMEOUT"):
         if not _num(s[key]) or s[key] < 0:
             out.append(_type(key, "a number of seconds >= 0", s))
@@ -243,18 +249,50 @@ def _type(key: str, what: str, s: dict[str, Any]) -> Problem:
     )
 
 
-def sequence_defaults(opts: dict[str, Any], default_step: int | None = None) -> dict[str, Any]:
-    """A declared sequence's options with the model defaults filled in."""
+def sequence_defaults(opts: dict[str, Any], s: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A declared sequence's options with the defaults filled in (:func:`step_defaults` when
+    it declares no step), from the settings ``s`` (None: ``app_settings``)."""
+    strategy = opts.get("strategy", "segment")
+    template = opts.get("template", "")
+    options = opts.get("options", {})
+    step = opts.get("step")
+    if step is None:
+        step, options = step_defaults(strategy, template, options, s)
     return {
-        "strategy": opts.get("strategy", "segment"),
-        "step": opts.get("step", default_step if default_step is not None else 1000),
+        "strategy": strategy,
+        "step": step,
         "min_value": opts.get("min_value", 1),
         "max_value": opts.get("max_value", BIGINT_MAX),
         "cycle": opts.get("cycle", False),
-        "template": opts.get("template", ""),
-        "options": opts.get("options", {}),
+        "template": template,
+        "options": options,
         "reset": opts.get("reset", ""),
     }
+
+
+def step_defaults(
+    strategy: str, template: str, options: Any, s: dict[str, Any] | None = None
+) -> tuple[int, Any]:
+    """The step of a definition that gives none, and its options: ``DEFAULT_STEP``; a plain
+    ``segment`` sequence (no template, no ``min_step``/``max_step`` of its own) also gets
+    ``options["max_step"] = DEFAULT_MAX_STEP``, so its leases grow with the demand
+    (docs/concepts.md, "What a restart loses"). A templated number keeps the fixed step: its
+    counter has a width, and a lease a thousand times larger could use up its period. ``s``:
+    the settings (their checks pass them: ``app_settings`` is being loaded then)."""
+    s = s if s is not None else app_settings.as_dict()
+    # (a wrong value is E003's to report; the defaults stand in for it here)
+    step = s.get("DEFAULT_STEP")
+    step = step if _pos_int(step) else DEFAULTS["DEFAULT_STEP"]
+    most = s.get("DEFAULT_MAX_STEP")
+    most = most if _pos_int(most) else DEFAULTS["DEFAULT_MAX_STEP"]
+    if (
+        strategy == "segment"
+        and not template
+        and (options is None or isinstance(options, dict))
+        and not {"min_step", "max_step"} & set(options or {})
+    ):
+        options = {**(options or {}), "max_step": max(step, most)}
+    return step, options
 
 
 class AppSettings:

@@ -25,7 +25,7 @@ from django.db import IntegrityError, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Max
 
-from .conf import SEQUENCE_FIELDS, app_settings, sequence_defaults
+from .conf import SEQUENCE_FIELDS, app_settings, sequence_defaults, step_defaults
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
 from .exceptions import InvalidDefinition, SequenceNotFound
@@ -97,7 +97,7 @@ def provision_details(
     for name in wanted:
         spec = objects.spec(name, using=alias)
         created = spec is None
-        d = sequence_defaults(declared[name], app_settings.DEFAULT_STEP)
+        d = sequence_defaults(declared[name])
         drift: tuple[Drift, ...] = ()
         updated = False
         if spec is None:
@@ -224,7 +224,7 @@ def define(
     name: str,
     *,
     strategy: str = "segment",
-    step: int = 1000,
+    step: int | None = None,
     min_value: int = 1,
     max_value: int = BIGINT_MAX,
     cycle: bool = False,
@@ -237,6 +237,8 @@ def define(
     """:meth:`SequenceManager.define <django_sequences.managers.SequenceManager.define>` of
     manager ``objects``."""
     check_name(name)
+    if step is None:
+        step, options = step_defaults(strategy, template, options)
     check_bounds(step, min_value, max_value)
     if not isinstance(cycle, bool):
         raise InvalidDefinition(f"cycle must be True or False; got {shown(cycle)}.")

@@ -131,7 +131,7 @@ class SequenceManager(models.Manager[Any]):
         name: str,
         *,
         strategy: str = "segment",
-        step: int = 1000,
+        step: int | None = None,
         min_value: int = 1,
         max_value: int = BIGINT_MAX,
         cycle: bool = False,
@@ -142,6 +142,9 @@ class SequenceManager(models.Manager[Any]):
         exist_ok: bool = False,
     ) -> Any:
         """Create a sequence and its counter row, committed at once, or raise before writing.
+
+        Without ``step``: ``DEFAULT_STEP``, and a plain segment sequence (no template) leases
+        adaptively up to ``DEFAULT_MAX_STEP`` (``options["max_step"]``; docs/concepts.md).
 
         With ``exist_ok`` an existing sequence of that name is returned unchanged.
         """

@@ -119,7 +119,7 @@ def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGene
         declared = app_settings.SEQUENCES.get(name)
         if not app_settings.AUTO_CREATE:
             raise SequenceNotFound(name, using=using, declared=declared is not None)
-        d = sequence_defaults(declared or {}, app_settings.DEFAULT_STEP)
+        d = sequence_defaults(declared or {})
         spec = Sequence.objects.define(name, using=alias, exist_ok=True, **d).spec()
     strategy = validate(spec)
     return spec, strategy, strategy.build(spec, alias)
