@@ -374,10 +374,19 @@ def linear(name: str) -> Linear | None:
     return fast
 
 
+BLOCK = 4
+"""Digits per lookup of a compiled check: tables of 10**BLOCK entries."""
+
+
 @cache
-def block_table(name: str, distance: int) -> tuple[int, ...]:
-    """The sum, mod the modulus, of each 3-digit block 000..999 whose last digit is at
-    ``distance`` from the check."""
+def block_table(name: str, distance: int, size: int = BLOCK) -> tuple[int, ...]:
+    """The share, mod the modulus, of each block of ``size`` digits (``0`` … ``10**size - 1``,
+    zero-padded) whose last digit is at ``distance`` from the check: ``table[block]``."""
     fast = linear(name)
     assert fast is not None
-    return tuple(fast.total(f"{block:03d}", distance) for block in range(1000))
+    terms, period = fast.terms, len(fast.terms)
+    sums = [0]
+    for k in range(size):  # the digit k places left of the block's last one
+        column = terms[(distance + k) % period]
+        sums = [low + term for term in column for low in sums]  # index: digit * 10**k + low
+    return tuple(total % fast.modulus for total in sums)

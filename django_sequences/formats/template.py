@@ -6,26 +6,35 @@ docstring is about the design.
 **Compile once, render fast.** :func:`compile` parses the text into *parts* (literal runs, and
 the fields ``seq``, ``date``, ``ctx.NAME``, ``random``, ``check`` and custom parts), validates
 everything it can (each :class:`TemplateError` carries the position of the offending field or
-option), and builds a :class:`Template`. Rendering never parses anything:
+option), and builds a :class:`Template`, which compiles itself into Python source for one
+function (:attr:`Template.renderer`; :meth:`Template.compile_function` lets the issuer put
+taking the value in the same function). Rendering parses nothing:
 
-- Parts whose text only depends on the wall-clock second (literals, dates) are rendered into a
-  per-second *frame*: a list of strings with ``None`` at the positions of the other parts,
-  rebuilt when ``int(now)`` changes. The frame also holds the period stamp and, for each check
-  part, the check sum of the frame's digits it covers. A template without date or custom parts
-  has one frame for ever and never reads the clock.
-- Every other part is a small closure ``step(value, out, frame, context, now) -> str`` that
-  fills its slot of a copy of the frame. Steps run in (order, position) order: built-in parts
-  have order 0, check parts 100, custom parts say their own, so a part may read what parts that
-  ran before it rendered (``out``).
+- Parts whose text depends only on the time (literals, dates) are rendered into a *frame*:
+  their texts (neighbouring ones joined), the period stamp and each fast check's share of its
+  sum, valid for a span of time ``[start, end)`` through which no date part's text changes
+  (``formats/spans.py``: until the next local midnight for ``%Y%m%d``, at most six hours
+  either side of the instant it was made for, cut at a UTC offset change). A call compares
+  ``now`` with the frame's ends; a template without date or custom parts has one frame for
+  ever and never reads the clock.
+- Every other part is rendered inline in the compiled function: a fixed-width decimal
+  ``{seq:08}`` as lookups of zero-padded 4-digit blocks (``value // 10000``, ``value % 10000``
+  in a table of 10,000 strings), ``{ctx.NAME}`` from the checked texts, ``{random}`` from
+  ``secrets``, other ``seq`` forms by their step closure ``step(value, out, frame, context,
+  now)``. Templates with custom parts (which may read what parts before them rendered, in
+  (order, position) order: built-in parts have order 0, check parts 100) render part by
+  part with those closures instead.
 - A check part over ASCII digits usually needs no digit string at all. Luhn, ISO 7064 MOD 11-2,
   ISO 7064 MOD 97-10 and ``jd`` are *linear*: a sum modulo m of one term per digit, the term
   depending only on the digit and its distance from the check. When every part the check covers
   is either in the frame or a fixed-width run of digits (``{seq:08}``, ``{random:6}``), the
-  frame's share of the sum is computed once per second and each fixed-width number adds its
-  share with one lookup per three digits (tables of 1000 entries per distance). Any other
-  layout, and the other algorithms, join the covered digits and call the algorithm's
-  ``compute``. The fast form of an algorithm is used only after it agreed with ``compute`` on
-  sample inputs, so it can never silently differ from ``formats/checksums.py``.
+  frame's share of the sum is computed once per frame and each fixed-width number adds its
+  share with one lookup per four digits (the same blocks as its text). Any other layout, and
+  the other algorithms, join the covered digits and call the algorithm's ``compute``. The fast
+  form of an algorithm is used only after it agreed with ``compute`` on sample inputs, so it
+  can never silently differ from ``formats/checksums.py``; :meth:`Template._render_reference`
+  renders part by part with ``compute`` and no frame, and the tests hold the compiled
+  function to it.
 
 **Parse** is one regular expression, built at compile time from the parts (named group ``g<i>``
 per field), then decoding (radix, permutation, short code), a canonical-form check (the value
@@ -33,13 +42,15 @@ must render back to the same text) and the check digits verified with the algori
 ``compute``.
 
 **Thread safety.** A template is immutable apart from its frame cache, which is replaced as one
-tuple-like object (an atomic store in CPython); a racing thread at worst builds the same frame
-twice. Custom parts must be thread-safe themselves.
+object (an atomic store in CPython); a racing thread at worst builds the same frame twice.
+Custom parts must be thread-safe themselves.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import math
 import re
 import secrets
 import time
@@ -50,9 +61,9 @@ from typing import Any, Protocol, cast
 from zoneinfo import ZoneInfo
 
 from ..exceptions import InvalidKey, InvalidNumber, SequenceExhausted, TemplateError
-from . import checksums, obfuscation
+from . import checksums, obfuscation, spans
 
-__all__ = ["CustomPart", "Part", "RenderContext", "Template", "compile"]
+__all__ = ["CustomPart", "Frame", "Part", "RenderContext", "Template", "compile"]
 
 _wall = time.time
 
@@ -265,7 +276,7 @@ def _is_width(arg: str) -> bool:
 # --------------------------------------------------------------------------------------------
 # Parts
 
-Step = Callable[[int, list[Any], "_Frame", Any, float], str]
+Step = Callable[[int, list[Any], "Frame", Any, float], str]
 """A dynamic part: ``(value, out, frame, context, now) -> text``; ``out`` holds the text of
 each part rendered so far, None for the others (typed ``Any``: no ``cast`` on the hot path)."""
 
@@ -663,7 +674,7 @@ class _Seq(_Part):
                 f"{text!r} is not a value of {self.spelled} in template {template.label!r}."
             ) from exc
         try:
-            again = template._seq_step(value, [], _EMPTY_FRAME, None, 0.0)
+            again = template._seq_step(value, [], NO_FRAME, None, 0.0)
         except (SequenceExhausted, TypeError):
             again = None
         if again != text:
@@ -1044,8 +1055,11 @@ class _Check(_Part):
         self.letters = f"{spelled} may render {self.algorithm.alphabet[10:]!r}"
         self.position = 0  # its own position, set by resolve()
         self.covered: list[int] = []  # positions of the parts it covers
-        self.fast: checksums.Linear | None = None  # set by step() when the fast form applies
+        self.fast: checksums.Linear | None = None  # set by plan() when the fast form applies
         self.statics: list[tuple[int, int]] = []  # (position, distance) of covered statics
+        # (position, its blocks) of each covered dynamic part, by plan(): a block is
+        # (divisor, 10**digits, table), the digits of number // divisor % 10**digits
+        self.blocks: list[tuple[int, tuple[tuple[int, int, tuple[int, ...]], ...]]] = []
 
     def resolve(self, parts: list[_Part], position: int, parser: _Parser) -> None:
         """Finds the parts it covers (all to its left) and checks that it can read them."""
@@ -1086,18 +1100,20 @@ class _Check(_Part):
                     part.start,
                 )
 
-    def step(self, template: Template) -> Step:
-        parts = template._parts
+    def plan(self, parts: list[_Part]) -> None:
+        """Chooses the fast form when it applies: every covered part is either static (its
+        digits are summed once per frame) or a fixed-width run of digits, and the algorithm is
+        linear. Sets :attr:`fast`, :attr:`statics` and :attr:`blocks`."""
         fast = checksums.linear(self.algorithm_name)
         if fast is None or any(
             not parts[i].static and parts[i].width is None for i in self.covered
         ):
-            return self._slow_step(template)
+            return
         # Distances from the check of each covered part's last digit; the dynamic parts are
         # fixed-width runs of digits, the static parts have a fixed digit count.
         distance = 0
         statics: list[tuple[int, int]] = []  # (position, distance)
-        dynamic: list[tuple[int, tuple[tuple[int, tuple[int, ...]], ...]]] = []
+        blocks: list[tuple[int, tuple[tuple[int, int, tuple[int, ...]], ...]]] = []
         for i in reversed(self.covered):
             part = parts[i]
             if part.static:
@@ -1105,28 +1121,24 @@ class _Check(_Part):
                 distance += part.digit_count()
                 continue
             assert part.width is not None
-            blocks = tuple(
-                (
-                    1000**k,
-                    checksums.block_table(
-                        self.algorithm_name, (distance + 3 * k) % len(fast.terms)
-                    ),
-                )
-                for k in range((part.width + 2) // 3)
-            )
-            source = -1 if isinstance(part, _Seq) and part._perm is None else i
-            dynamic.append((source, blocks))
+            blocks.append((i, _blocks(self.algorithm_name, distance, part.width)))
             distance += part.width
-        self.statics, self.fast = statics, fast
+        self.fast, self.statics, self.blocks = fast, statics, blocks
+
+    def step(self, template: Template) -> Step:
+        fast = self.fast
+        if fast is None:
+            return self._slow_step(template)
         index = template._checks.index(self)
         finals, modulus = fast.finals, fast.modulus
+        sources = [(-1 if template._reads_value(i) else i, blocks) for i, blocks in self.blocks]
 
-        def check(value: int, out: list[Any], frame: _Frame, context: Any, now: float) -> str:
+        def check(value: int, out: list[Any], frame: Frame, context: Any, now: float) -> str:
             total = frame.check_totals[index]
-            for source, blocks in dynamic:
+            for source, blocks in sources:
                 number = value if source < 0 else int(out[source])
-                for divisor, table in blocks:
-                    total += table[number // divisor % 1000]
+                for divisor, size, table in blocks:
+                    total += table[number // divisor % size]
             return finals[total % modulus]
 
         return check
@@ -1136,7 +1148,8 @@ class _Check(_Part):
         fast = self.fast
         if fast is None:
             return 0
-        return sum(fast.total(_NON_DIGITS.sub("", pieces[i]), d) for i, d in self.statics)
+        total = sum(fast.total(_NON_DIGITS.sub("", pieces[i]), d) for i, d in self.statics)
+        return total % fast.modulus
 
     def _slow_step(self, template: Template) -> Step:
         covered, compute = self.covered, self.algorithm.compute
@@ -1150,32 +1163,69 @@ class _Check(_Part):
         return f"{_char_class(self.algorithm.alphabet)}{{{self.algorithm.width}}}"
 
 
+@functools.cache
+def _padded(size: int) -> tuple[str, ...]:
+    """Every number of ``size`` digits, zero-padded: ``_padded(2)[7] == "07"``. Rendering
+    ``{seq:08}`` as two lookups in ``_padded(4)`` takes less time than ``"%08d" % value``;
+    the largest table (10,000 strings, about 0.6 MB) is made once per process."""
+    return tuple(f"{n:0{size}d}" for n in range(10**size))
+
+
+def _blocks(name: str, distance: int, width: int) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+    """How a fixed-width number of ``width`` digits whose last digit is at ``distance`` from
+    the check adds its share: one table lookup per :data:`checksums.BLOCK` digits, the last
+    block as wide as what is left."""
+    size, fast = checksums.BLOCK, checksums.linear(name)
+    assert fast is not None
+    period = len(fast.terms)
+    return tuple(
+        (
+            10**k,
+            10 ** min(size, width - k),
+            checksums.block_table(name, (distance + k) % period, min(size, width - k)),
+        )
+        for k in range(0, width, size)
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # The compiled template
 
 
-class _Frame:
-    """What one wall-clock second renders: the static pieces, the period stamp and each fast
-    check's share of its sum."""
+class Frame:
+    """What every instant of a span of time ``[start, end)`` renders the same: the static
+    pieces, the period stamp and each fast check's share of its sum (a span ends where a date
+    part's text or the period stamp may change: ``formats/spans.py``)."""
 
-    __slots__ = ("check_totals", "local", "pieces", "second", "stamp")
+    __slots__ = ("check_totals", "end", "fixed", "local", "pieces", "stamp", "start")
 
     def __init__(
         self,
-        second: int | None,
+        start: float,
+        end: float,
         pieces: list[Any],
         local: datetime | None,
         stamp: str,
         check_totals: list[int],
+        fixed: tuple[Any, ...] = (),
     ) -> None:
-        self.second = second
+        self.start = start  # the first second it holds (-inf: every instant before end)
+        self.end = end  # the first second after it (start > end: a placeholder, never used)
         self.pieces = pieces  # str, or None where a dynamic part goes
-        self.local = local  # the second in the period's zone
+        self.local = local  # the second it was made for, in the period's zone
         self.stamp = stamp  # the stamp of the template's period
         self.check_totals = check_totals
+        self.fixed = fixed  # what the compiled renderer unpacks: each static run, each total
 
 
-_EMPTY_FRAME = _Frame(None, [], None, "", [])
+NO_FRAME = Frame(math.inf, -math.inf, [], None, "", [])
+"""A frame that holds no instant (where a frame is kept, the one to start with)."""
+
+Renderer = Callable[[int, float, Any, Sequence[str]], str]
+"""A compiled template: ``(value, now, context, texts) -> number``, ``now`` in epoch seconds,
+``texts`` what :meth:`Template.context_texts` returned for ``context``."""
+FramedRenderer = Callable[[int, float, Frame, Any, Sequence[str]], str]
+"""The same given the frame holding ``now``: ``(value, now, frame, context, texts)``."""
 
 
 class Template:
@@ -1207,11 +1257,21 @@ class Template:
         dates = [(i, p) for i, p in enumerate(parts) if isinstance(p, _Date)]
         self._dates = dates
         self._zones = {p.tz for _, p in dates} | ({self.period_tz} if self.period else set())
+        # the finest unit of local time each zone shows: a frame lasts while none changes
+        units: dict[tzinfo, set[str]] = {}
+        for _, date in dates:
+            shows = (spans.DIRECTIVE_UNITS[d] for d in date.directives)
+            units.setdefault(date.tz, set()).update(shows)
+        if self.period:
+            units.setdefault(self.period_tz, set()).add(self.period)
+        self._units = [(zone, spans.finest(shown)) for zone, shown in units.items()]
         self._timeless = not dates and not any(isinstance(p, _Custom) for p in parts)
         dynamic = [(p.order, i, p) for i, p in enumerate(parts) if not p.static]
         self._context_steps = [
             (i, p) for _, i, p in sorted(dynamic, key=lambda t: t[:2]) if isinstance(p, _Ctx)
         ]
+        for check in self._checks:
+            check.plan(parts)
         self._seq_step = self._seq.step(self)
         self._steps = [
             (i, self._seq_step if p is self._seq else p.step(self))
@@ -1221,7 +1281,24 @@ class Template:
         self._static_pieces: list[str | None] = [
             p.text if isinstance(p, _Literal) else None for p in parts
         ]
+        self._runs: list[list[int]] = []  # positions of each run of neighbouring static parts
+        for i, part in enumerate(parts):
+            if part.static and i and parts[i - 1].static:
+                self._runs[-1].append(i)
+            elif part.static:
+                self._runs.append([i])
         self._frame = self._make_frame(None)
+        self.source = ""
+        """The Python source of :attr:`renderer`, for a reader who wonders what runs."""
+        self.renderer: Renderer
+        """This template compiled into one function: ``renderer(value, now, context,
+        texts)``, ``now`` in epoch seconds and ``texts`` from :meth:`context_texts` (what
+        :meth:`render` calls after normalizing its arguments)."""
+        self.framed: FramedRenderer
+        """The same function without the frame lookup: ``framed(value, now, frame, context,
+        texts)``, ``frame`` being :meth:`frame_at` of ``now`` (the issuer keeps the frame
+        with the period's generator, so a number looks the time up once)."""
+        self.renderer, self.framed = self._compile_renderers()
         keys: dict[str, int] = {}
         self._keys: list[tuple[int, str]] = []  # (position, parse key)
         for i, p in enumerate(parts):
@@ -1241,21 +1318,44 @@ class Template:
     def __repr__(self) -> str:
         return f"<Template {self.text!r}>"
 
+    @property
+    def timeless(self) -> bool:
+        """Whether it renders the same at every instant (no date and no custom part), so it
+        never reads the clock."""
+        return self._timeless
+
+    @property
+    def has_context(self) -> bool:
+        """Whether it has ``{ctx.NAME}`` parts (else :meth:`context_texts` is always ``()``)."""
+        return bool(self._context_steps)
+
     # time -----------------------------------------------------------------------------------
 
-    def _make_frame(self, second: int | None) -> _Frame:
+    def _make_frame(self, now: float | None) -> Frame:
         pieces = list(self._static_pieces)
         stamp, period_local = "", None
-        if second is not None:
+        if self._timeless:
+            start, end = -math.inf, math.inf
+        else:
+            start, end = math.inf, -math.inf  # a placeholder until a time is given
+        if now is not None:
+            second = math.floor(now)
             local = {zone: datetime.fromtimestamp(second, zone) for zone in self._zones}
             for i, part in self._dates:
                 pieces[i] = part.text(local[part.tz])
             if self.period:
                 period_local = local[self.period_tz]
                 stamp = _format_stamp(_PERIODS[self.period], period_local)
-        ready = second is not None or self._timeless  # else a placeholder, never rendered from
+            start, end = -math.inf, math.inf
+            for zone, unit in self._units:
+                low, high = spans.span(second, zone, unit)
+                start, end = max(start, float(low)), min(end, float(high))
+        ready = now is not None or self._timeless  # else a placeholder, never rendered from
         totals = [c.frame_total(pieces) for c in self._checks] if ready else []
-        frame = _Frame(second, pieces, period_local, stamp, totals)
+        fixed: tuple[Any, ...] = ()
+        if ready:
+            fixed = (*["".join([str(pieces[i]) for i in run]) for run in self._runs], *totals)
+        frame = Frame(start, end, pieces, period_local, stamp, totals, fixed)
         self._frame = frame
         return frame
 
@@ -1271,12 +1371,12 @@ class Template:
             return now.timestamp()
         return float(now)
 
-    def _frame_at(self, now: float) -> _Frame:
-        second = int(now)
-        if second > now:  # int() rounds towards 0; floor for times before 1970
-            second -= 1
+    def frame_at(self, now: float) -> Frame:
+        """The frame holding ``now`` (epoch seconds): what every instant from its ``start``
+        to its ``end`` renders the same, with the period ``stamp`` (the issuer keeps each
+        period's generator with it, and passes it to :attr:`framed`)."""
         frame = self._frame
-        return frame if frame.second == second else self._make_frame(second)
+        return frame if frame.start <= now < frame.end else self._make_frame(now)
 
     def period_stamp(
         self, now: datetime | float | None = None, *, period: str | None = None
@@ -1287,7 +1387,7 @@ class Template:
         shows the hour). Pass the same ``now`` to :meth:`render` so the stamp and the
         rendered date agree."""
         if period is None or period == self.period:
-            return self._frame_at(self._timestamp(now)).stamp if self.period else ""
+            return self.frame_at(self._timestamp(now)).stamp if self.period else ""
         if period not in _PERIODS:
             raise TemplateError(f"Unknown period {period!r}; one of {', '.join(_PERIODS)}.")
         order = list(_PERIODS)
@@ -1297,7 +1397,7 @@ class Template:
                 f"Template {self.label!r} shows {shows}, not every {period}: a counter per "
                 f"{period} would repeat numbers."
             )
-        local = self._frame_at(self._timestamp(now)).local
+        local = self.frame_at(self._timestamp(now)).local
         assert local is not None
         return _format_stamp(_PERIODS[period], local)
 
@@ -1326,23 +1426,10 @@ class Template:
         datetime; default: the current time). ``context`` is a mapping or an object whose
         attributes the ``ctx.`` parts read; ``texts``, what :meth:`context_texts` returned for
         it (then it is not looked up again)."""
-        frame = self._frame
-        if self._timeless:
-            t = 0.0
-        else:
-            t = _wall() if now is None else self._timestamp(now)
-            second = int(t)
-            if frame.second != second or second > t:
-                frame = self._frame_at(t)
-        out = frame.pieces.copy()
-        if self._context_steps:
-            if texts is None:
-                texts = self.context_texts(context)
-            for (i, _), text in zip(self._context_steps, texts, strict=True):
-                out[i] = text
-        for i, step in self._steps:
-            out[i] = step(value, out, frame, context, t)
-        return "".join(out)
+        t = 0.0 if self._timeless else self._timestamp(now)
+        if texts is None:
+            texts = self.context_texts(context)
+        return self.renderer(value, t, context, texts)
 
     def render_many(
         self,
@@ -1356,17 +1443,218 @@ class Template:
         if texts is None:
             texts = self.context_texts(context)
         t = 0.0 if self._timeless else self._timestamp(now)
-        frame = self._frame if self._timeless else self._frame_at(t)
-        base = frame.pieces.copy()
+        render = self.renderer
+        return [render(value, t, context, texts) for value in values]
+
+    def _render_steps(self, value: int, now: float, context: Any, texts: Sequence[str]) -> str:
+        """The renderer of templates with custom parts (which read what the parts before
+        them rendered)."""
+        frame = self._frame
+        if not frame.start <= now < frame.end:
+            frame = self._make_frame(now)
+        return self._render_steps_in(value, now, frame, context, texts)
+
+    def _render_steps_in(
+        self, value: int, now: float, frame: Frame, context: Any, texts: Sequence[str]
+    ) -> str:
+        """:meth:`_render_steps` in ``frame``: a copy of its pieces, each step filling its
+        slot in (order, position) order."""
+        out = frame.pieces.copy()
         for (i, _), text in zip(self._context_steps, texts, strict=True):
-            base[i] = text
-        steps, join, numbers = self._steps, "".join, []
-        for value in values:
-            out = base.copy()
-            for i, step in steps:
-                out[i] = step(value, out, frame, context, t)
-            numbers.append(join(out))
-        return numbers
+            out[i] = text
+        for i, step in self._steps:
+            out[i] = step(value, out, frame, context, now)
+        return "".join(out)
+
+    def _render_reference(self, value: int, now: float, context: Any = None) -> str:
+        """The number rendered from scratch, part by part, with no frame, no span and no fast
+        check: what :attr:`renderer` must render (the tests compare the two)."""
+        second = math.floor(now)
+        out: list[Any] = list(self._static_pieces)
+        for i, date in self._dates:
+            out[i] = date.text(datetime.fromtimestamp(second, date.tz))
+        for (i, _), text in zip(self._context_steps, self.context_texts(context), strict=True):
+            out[i] = text
+        dynamic = sorted((p.order, i, p) for i, p in enumerate(self._parts) if not p.static)
+        for _, i, part in dynamic:
+            if isinstance(part, _Ctx):
+                continue
+            step = part._slow_step(self) if isinstance(part, _Check) else part.step(self)
+            out[i] = step(value, out, NO_FRAME, context, now)
+        return "".join(out)
+
+    def _reads_value(self, position: int) -> bool:
+        """Whether the part at ``position`` renders the value itself as decimal digits (so a
+        check reads the value, not the text)."""
+        return self._parts[position] is self._seq and self._seq.mode == "decimal"
+
+    def compile_function(
+        self,
+        signature: str,
+        *,
+        before: Sequence[str] = (),
+        after: Sequence[str] = ("return number",),
+        names: Mapping[str, Any] | None = None,
+    ) -> Callable[..., Any]:
+        """One function, ``def <signature>:``, that runs the source lines ``before``, renders
+        this template into the local ``number``, and runs the lines ``after`` (which return).
+
+        ``before`` binds the locals the rendering reads: ``value``, ``now`` (epoch seconds),
+        ``f`` (:meth:`frame_at` of ``now``), ``context`` and ``texts`` (:meth:`context_texts`
+        of it); a timeless template reads only ``value`` and ``texts``. ``names`` are the
+        globals ``before`` and ``after`` read: the function's globals, so a ``global NAME``
+        line keeps state between calls. The rendering's own locals are those five,
+        ``number``, and a letter followed by digits (``s2``, ``v0``). This is how the issuer
+        takes a value and renders it in one function (``numbers.py``); :attr:`renderer` and
+        :attr:`framed` are made the same way."""
+        body, ns = self._body
+        names = dict(names or {})
+        clash = sorted(set(names) & set(ns))
+        if clash:
+            raise ValueError(f"Names the rendering uses itself: {', '.join(clash)}.")
+        lines = [*before, *body, *after]
+        source = f"def {signature}:\n" + "".join(f"    {line}\n" for line in lines)
+        namespace = {**ns, **names}
+        exec(source, namespace)  # our own source, built from the parts compile() validated
+        function = namespace[signature.partition("(")[0]]
+        function.__source__ = source  # for a reader who wonders what runs
+        return cast(Callable[..., Any], function)
+
+    def _compile_renderers(self) -> tuple[Renderer, FramedRenderer]:
+        """:attr:`renderer` and :attr:`framed`: :meth:`compile_function` with, for the
+        renderer, the frame checked against ``now`` first (two comparisons)."""
+        self._body = self._render_source()
+        framed = self.compile_function("framed(value, now, f, context, texts)")
+        before = []
+        if not self._timeless:
+            before = ["f = T._frame", "if not f.start <= now < f.end:", "    f = make_frame(now)"]
+        render = self.compile_function("render(value, now, context, texts)", before=before)
+        self.source = getattr(render, "__source__", "")
+        return cast(Renderer, render), cast(FramedRenderer, framed)
+
+    def _render_source(self) -> tuple[list[str], dict[str, Any]]:
+        """Source lines rendering ``number`` from the locals ``value``, ``now``, ``f``,
+        ``context`` and ``texts``, and the globals they read: the frame's static runs and
+        check totals unpacked, each dynamic part rendered inline (a fixed-width decimal
+        ``seq`` by tables of zero-padded blocks, four digits a lookup), each fast check by a
+        table lookup per block, one f-string. Templates with custom parts render part by part
+        (:meth:`_render_steps_in`)."""
+        parts = self._parts
+        ns: dict[str, Any] = {"T": self, "make_frame": self._make_frame}
+        if any(isinstance(p, _Custom) for p in parts):
+            ns["RENDER_STEPS_IN"] = self._render_steps_in
+            return ["number = RENDER_STEPS_IN(value, now, f, context, texts)"], ns
+        body: list[str] = []
+        fixed = [f"r{j}" for j in range(len(self._runs))]
+        fixed += [f"k{j}" for j in range(len(self._checks))]
+        unpack = f"({fixed[0]},) = " if len(fixed) == 1 else f"{', '.join(fixed)} = "
+        if self._timeless:  # one frame for ever
+            ns["FIXED"], ns["P"] = self._frame.fixed, self._frame.pieces
+            if fixed:
+                body.append(f"{unpack}FIXED")
+        else:
+            body.append(f"{unpack}f.fixed")
+            if any(c.fast is None for c in self._checks):
+                body.append("P = f.pieces")
+        piece: dict[int, str] = {}  # position -> its text, as a piece of an f-string
+        number: dict[int, str] = {}  # position -> an expression of its digits as an int
+
+        def local(i: int) -> str:
+            """A local name holding the text of the part at ``i``."""
+            if piece[i] != f"{{s{i}}}":
+                body.append(f's{i} = f"{piece[i]}"')
+                piece[i] = f"{{s{i}}}"
+            return f"s{i}"
+
+        for j, run in enumerate(self._runs):
+            piece[run[0]] = f"{{r{j}}}"
+        for i, _ in self._context_steps:
+            piece[i], number[i] = f"{{s{i}}}", f"int(s{i})"
+        if self._context_steps:
+            names = [f"s{i}" for i, _ in self._context_steps]
+            body.append(
+                f"({names[0]},) = texts" if len(names) == 1 else f"{', '.join(names)} = texts"
+            )
+        seq = self._seq
+        i = parts.index(seq)
+        piece[i], number[i] = f"{{s{i}}}", f"int(s{i})"
+        ns["too_big"], ns["SEQ"] = seq._overflow(self), self._seq_step
+        seq_blocks: list[str] = []  # the locals holding the value's blocks, lowest first
+        if seq.mode == "decimal" and seq.size is None:
+            body += ["if value.__class__ is not int:", "    raise too_big(value)"]
+            body.append(f"s{i} = str(value)")
+        elif seq.mode == "decimal" and seq.grow:
+            body += [
+                f"if value.__class__ is not int or value < 0 or value > {seq.limit}:",
+                "    raise too_big(value)",
+                f's{i} = "%0{seq.min_length}d" % value',
+            ]
+        elif seq.mode == "decimal":
+            body += [
+                f"if value.__class__ is not int or value < 0 or value > {seq.limit}:",
+                "    raise too_big(value)",
+            ]
+            width, block, texts = seq.min_length, checksums.BLOCK, []
+            for b, k in enumerate(range(0, width, block)):
+                count = min(block, width - k)  # its digits
+                low, top = k == 0, k + block >= width  # (the value has no more digits)
+                part_of = "value" if low else f"value // {10**k}"
+                if not top:
+                    part_of += f" % {10**block}"
+                body.append(f"v{b} = {part_of}")
+                ns[f"D{count}"] = _padded(count)
+                seq_blocks.append(f"v{b}")
+                texts.append(f"{{D{count}[v{b}]}}")
+            piece[i] = "".join(reversed(texts))
+        else:
+            body.append(f"s{i} = SEQ(value, None, None, None, 0.0)")
+        for i, part in enumerate(parts):
+            if isinstance(part, _Random):
+                piece[i], number[i] = f"{{s{i}}}", f"n{i}"
+                ns["secrets"] = secrets
+                if part.digits:
+                    body.append(f"n{i} = secrets.randbelow({10**part.min_length})")
+                    body.append(f's{i} = "%0{part.min_length}d" % n{i}')
+                else:
+                    ns[f"STEP{i}"] = part.step(self)
+                    body.append(f"s{i} = STEP{i}(value, None, None, None, 0.0)")
+        for j, check in enumerate(self._checks):
+            i = check.position
+            if check.fast is None:
+                ns[f"COMPUTE{j}"], ns["NONDIGITS"] = check.algorithm.compute, _NON_DIGITS.sub
+                covered = ", ".join(
+                    f"P[{c}]" if parts[c].static else local(c) for c in check.covered
+                )
+                body.append(f's{i} = COMPUTE{j}(NONDIGITS("", "".join(({covered},))))')
+            else:
+                terms = [f"k{j}"]
+                for source, blocks in check.blocks:
+                    reads_value = self._reads_value(source)
+                    digits = "value" if reads_value else number[source]
+                    if digits.startswith("int("):  # convert the text once
+                        body.append(f"n{source} = int({local(source)})")
+                        digits = number[source] = f"n{source}"
+                    for b, (divisor, size, table) in enumerate(blocks):
+                        ns[f"B{j}_{source}_{b}"] = table
+                        if reads_value:  # the same blocks as the text's
+                            index = seq_blocks[b]
+                        elif divisor == 1 and b == len(blocks) - 1:
+                            index = digits  # the number has no more digits than the table
+                        elif divisor == 1:
+                            index = f"{digits} % {size}"
+                        elif b == len(blocks) - 1:
+                            index = f"{digits} // {divisor}"
+                        else:
+                            index = f"{digits} // {divisor} % {size}"
+                        terms.append(f"B{j}_{source}_{b}[{index}]")
+                # the frame's total and each lookup are below the modulus: a table of the
+                # check characters that long takes the sum as it is (no "% modulus")
+                finals, modulus = check.fast.finals, check.fast.modulus
+                ns[f"FINALS{j}"] = tuple(finals[t % modulus] for t in range(modulus * len(terms)))
+                body.append(f"s{i} = FINALS{j}[{' + '.join(terms)}]")
+            piece[i], number[i] = f"{{s{i}}}", f"int(s{i})"
+        body.append('number = f"' + "".join(piece[i] for i in sorted(piece)) + '"')
+        return body, ns
 
     # lengths --------------------------------------------------------------------------------
 
