@@ -10,15 +10,20 @@ time zone (``DJANGO_SEQUENCES["TIME_ZONE"]``, else ``TIME_ZONE``), so a number n
 day's date with another day's counter.
 
 One :class:`NumberIssuer` per (database alias, sequence, template) and process, built lazily
-and dropped with the registry. Its fast path is a clock read, the period's generator (a dict
-lookup) and the template's render; plugins, when configured, run around it.
+and dropped with the registry. Its fast path (:attr:`NumberIssuer.issue_one`, one function
+compiled per issuer and clock with ``Template.compile_function``) is a clock read, two
+comparisons with the frame it holds (the span of time through which the template's dates, and
+so the period and its generator, stay the same: ``Template.frame_at``), the generator's
+``next()``, the template's rendering inline, and the signal only when a receiver is connected;
+plugins, when configured, run around it.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from . import registry
 from .conf import app_settings
@@ -35,6 +40,7 @@ from .exceptions import (
     TemplateError,
 )
 from .formats.keys import period_key
+from .formats.template import NO_FRAME
 from .signals import number_issued
 from .sources.connections import resolve_alias
 from .templating import (
@@ -46,7 +52,7 @@ from .templating import (
 
 if TYPE_CHECKING:
     from .core.plugins import Chain
-    from .formats.template import Template
+    from .formats.template import Frame, Template
     from .strategies import Strategy
 
 # --- issuing --------------------------------------------------------------------------------
@@ -88,6 +94,8 @@ class NumberIssuer:
         self._gens: dict[str, IdGenerator] = {}
         # the last period used and its generator ("" never matches a period's stamp)
         self._last: tuple[str, IdGenerator] = ("", base)
+        self.issue_one: Callable[[Any], str]
+        """:meth:`issue` compiled for this issuer and its clock (``next_number`` calls it)."""
         self.clock = SYSTEM_CLOCK
         forking.register(self)
 
@@ -103,7 +111,67 @@ class NumberIssuer:
     @clock.setter
     def clock(self, clock: Clock) -> None:
         self._clock = clock
-        self._wall = clock.wall
+        # the system clock's wall() is time.time(): call that, one frame less per number
+        self._wall = time.time if clock is SYSTEM_CLOCK else clock.wall
+        self.issue_one = self._compile()
+
+    def span(self, now: float) -> tuple[Frame, IdGenerator]:
+        """The template's frame holding ``now`` (``start <= now < end``: every date the
+        template shows, and so the period, stays the same through it) and the generator of
+        that period."""
+        frame = self.template.frame_at(now)
+        if self.period is None:
+            return frame, self._base
+        stamp = frame.stamp if self._cut is None else frame.stamp[: self._cut]
+        return frame, self.generator(stamp)
+
+    def _compile(self) -> Callable[[Any], str]:
+        """:meth:`issue` as one function (``Template.compile_function``): the context's
+        texts (checked before a value is taken, I10), the clock, the frame and its period's
+        generator, ``gen.next()``, the rendering inline, and the signal when a receiver is
+        connected.
+
+        The frame and its generator are global state of that function, replaced as one tuple
+        (a thread that read the old one takes a value of the period it read the clock in, as
+        before)."""
+        if self._chain is not None:
+
+            def plugged(context: Any = None) -> str:
+                return self._issue_plugged(1, [context])[0]
+
+            return plugged
+        template = self.template
+        names = {
+            "texts_of": template.context_texts,
+            "wall": self._wall,
+            "span": (NO_FRAME, self._base),  # holds no instant: the first call finds its own
+            "span_at": self.span,
+            "base": self._base,
+            "signal": number_issued,
+            "name": self.name,
+            "using": self.using,
+        }
+        before = ["texts = texts_of(context)" if template.has_context else "texts = ()"]
+        if self.period is None and template.timeless:
+            before += ["now = 0.0", "f = None", "value = base.next()"]
+        else:
+            before += [
+                "global span",
+                "now = wall()",
+                "f, gen = span",
+                "if not f.start <= now < f.end:",
+                "    span = f, gen = span_at(now)",
+                "value = gen.next()",
+            ]
+        after = [
+            "if signal.receivers:",
+            "    signal.send(name, numbers=[number], values=[value], using=using)",
+            "return number",
+        ]
+        issue = template.compile_function(
+            "issue(context=None)", before=before, after=after, names=names
+        )
+        return cast(Callable[[Any], str], issue)
 
     def stamp(self, now: float) -> str:
         """The stamp of the reset period holding ``now`` ("" without a reset)."""
@@ -133,24 +201,7 @@ class NumberIssuer:
     def issue(self, context: Any = None) -> str:
         """One number; ``context`` is a mapping or an object (a model instance). The context
         is validated before a value is taken: a refused call consumes nothing (I10)."""
-        if self._chain is not None:
-            return self._issue_plugged(1, [context])[0]
-        template = self.template
-        texts = template.context_texts(context)
-        now = self._wall()
-        if self.period is None:
-            gen = self._base
-        else:
-            stamp = template.period_stamp(now)
-            if self._cut is not None:
-                stamp = stamp[: self._cut]
-            last = self._last
-            gen = last[1] if last[0] == stamp else self.generator(stamp)
-        value = gen.next()
-        number = template.render(value, now=now, context=context, texts=texts)
-        if number_issued.receivers:
-            number_issued.send(self.name, numbers=[number], values=[value], using=self.using)
-        return number
+        return self.issue_one(context)
 
     def try_issue(self, context: Any = None) -> str | None:
         """One number if its value is in memory already, else None (the async fast path)."""
@@ -158,7 +209,7 @@ class NumberIssuer:
             return None
         template = self.template
         texts = template.context_texts(context)
-        now = self._wall()
+        now = 0.0 if self.period is None and template.timeless else self._wall()
         gen = self._base if self.period is None else self._gens.get(self.stamp(now))
         fast = getattr(gen, "try_take", None)
         if fast is None:
@@ -167,7 +218,7 @@ class NumberIssuer:
         if got is None:
             return None
         value = int(got[0])
-        number = template.render(value, now=now, context=context, texts=texts)
+        number = template.renderer(value, now, context, texts)
         if number_issued.receivers:
             number_issued.send(self.name, numbers=[number], values=[value], using=self.using)
         return number
@@ -200,9 +251,9 @@ class NumberIssuer:
             return values, template.render_many(values, now=now, context=shared, texts=texts)
         each = [template.context_texts(c) for c in contexts]
         values = self._take(count, now)
+        render = template.renderer
         return values, [
-            template.render(v, now=now, context=c, texts=t)
-            for v, c, t in zip(values, contexts, each, strict=True)
+            render(v, now, c, t) for v, c, t in zip(values, contexts, each, strict=True)
         ]
 
     def _take(self, count: int, now: float) -> range | list[int]:
@@ -237,6 +288,9 @@ class NumberIssuer:
 # --- the process-wide issuers ---------------------------------------------------------------
 
 _issuers: dict[tuple[str | None, str, str | None], NumberIssuer] = {}
+#: The issuers of the definitions' own templates by alias, then name: what ``next_number``
+#: reads (two dict reads of strings; a tuple key would be built and hashed on every call).
+_by_alias: dict[str | None, dict[str, NumberIssuer]] = {}
 _issuers_lock = threading.Lock()
 
 
@@ -276,12 +330,15 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
                 built.chain,
             )
             _issuers[(using, name, template)] = found
+            if template is None:
+                _by_alias.setdefault(using, {})[name] = found
     return found
 
 
 def reset() -> None:
     with _issuers_lock:
         _issuers.clear()
+        _by_alias.clear()
     forget_compiled()
 
 
@@ -303,11 +360,11 @@ def next_number(name: str, *, using: str | None = None, **context: Any) -> str:
     Keyword arguments other than ``using`` are the context that ``{ctx.NAME}`` parts read.
     """
     try:
-        found = _issuers[(using, name, None)]
+        found = _by_alias[using][name]
     except (KeyError, TypeError):  # TypeError: an unhashable name or alias, refused there
         found = issuer(name, using)
     try:
-        return found.issue(context or None)
+        return found.issue_one(context or None)
     except SequenceError as exc:
         _refused(name, exc)
         raise
