@@ -364,3 +364,80 @@ def spawned_issue_threads_until(
     """:func:`issue_threads_until` in a spawned child set up against ``db_names``."""
     setup_django_aliases(db_env, db_names)
     issue_threads_until(name, threads, stop_file, out_path, limit)
+
+
+def stress_mix(names: list[str], per_name: int, seed: int) -> dict[str, list[int]]:
+    """One thread's share of the stress test: ``per_name`` values of each name, in a random
+    mix of ``next_value``, ``next_values`` (1 to 20) and a handle's ``next``/``take``. Returns
+    the values per name in the order this thread got them."""
+    import random
+
+    from django_sequences import get_sequence, next_value, next_values
+
+    rnd = random.Random(seed)
+    handles = {n: get_sequence(n) for n in names}
+    got: dict[str, list[int]] = {n: [] for n in names}
+    while any(len(v) < per_name for v in got.values()):
+        name = rnd.choice([n for n in names if len(got[n]) < per_name])
+        out = got[name]
+        how = rnd.randrange(4)
+        if how == 0:
+            out.append(next_value(name))
+        elif how == 1:
+            out.extend(next_values(name, rnd.randint(1, 20)))
+        elif how == 2:
+            out.append(handles[name].next())
+        else:
+            out.extend(handles[name].take(rnd.randint(1, 20)))
+    return got
+
+
+def stress_threads(names: list[str], per_name: int, threads: int, seed: int) -> list[Any]:
+    """``threads`` threads of :func:`stress_mix`; each thread's result (or its exception)."""
+    import threading
+
+    results: list[Any] = [None] * threads
+
+    def work(k: int) -> None:
+        try:
+            results[k] = stress_mix(names, per_name, seed * 100 + k)
+        except BaseException as exc:  # reported to the parent
+            results[k] = exc
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return results
+
+
+def stress_child(names: list[str], per_name: int, threads: int, seed: int, out: Any) -> None:
+    """In a forked child: :func:`stress_threads` with the switch interval the parent set, the
+    results sent back (``("ok", pid, results)`` or ``("error", pid, repr)``)."""
+    try:
+        results = stress_threads(names, per_name, threads, seed)
+        bad = [r for r in results if isinstance(r, BaseException)]
+        if bad:
+            raise bad[0]
+        out.put(("ok", os.getpid(), results))
+    except BaseException as exc:  # report, don't hang the parent
+        out.put(("error", os.getpid(), repr(exc)))
+
+
+def spawned_stress(
+    db_env: dict[str, str],
+    db_name: str,
+    names: list[str],
+    per_name: int,
+    threads: int,
+    seed: int,
+    out: Any,
+) -> None:
+    """In a spawned child: Django set up against the parent's test database, the switch
+    interval at 1 µs, then :func:`stress_child`."""
+    import sys
+
+    setup_django(db_env, db_name)
+    sys.setswitchinterval(1e-6)
+    stress_child(names, per_name, threads, seed, out)
