@@ -281,10 +281,12 @@ def step_defaults(
     the settings (their checks pass them: ``app_settings`` is being loaded then)."""
     s = s if s is not None else app_settings.as_dict()
     # (a wrong value is E003's to report; the defaults stand in for it here)
-    step = s.get("DEFAULT_STEP")
-    step = step if _pos_int(step) else DEFAULTS["DEFAULT_STEP"]
-    most = s.get("DEFAULT_MAX_STEP")
-    most = most if _pos_int(most) else DEFAULTS["DEFAULT_MAX_STEP"]
+    step: int = s["DEFAULT_STEP"] if _pos_int(s.get("DEFAULT_STEP")) else DEFAULTS["DEFAULT_STEP"]
+    most: int = (
+        s["DEFAULT_MAX_STEP"]
+        if _pos_int(s.get("DEFAULT_MAX_STEP"))
+        else DEFAULTS["DEFAULT_MAX_STEP"]
+    )
     if (
         strategy == "segment"
         and not template
