@@ -386,10 +386,12 @@ def lease_hook(gen: SegmentGenerator) -> LeaseFn:
 
     The latency run replaces it with a timing wrapper. This is private API, so fail loudly
     rather than time nothing if it is gone or changed: it must be an instance attribute (set by
-    ``SegmentGenerator.__init__``) holding a callable. ``bench_turnover`` also checks afterwards
-    that the wrapper saw every lease the generator counted.
+    ``SegmentGenerator.__init__``, in a slot) holding a callable. ``bench_turnover`` also checks
+    afterwards that the wrapper saw every lease the generator counted.
     """
-    hook = vars(gen).get("_lease")
+    # an instance attribute: in __dict__, or in a slot of the class (SegmentGenerator has slots)
+    slotted = "_lease" in getattr(type(gen), "__slots__", ())
+    hook = getattr(gen, "_lease", None) if slotted else vars(gen).get("_lease")
     if not callable(hook):
         raise InstrumentationError(
             f"{type(gen).__qualname__} has no callable instance attribute `_lease` (got "

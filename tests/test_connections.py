@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+
 import pytest
 from django.db import connection
 
@@ -44,3 +48,33 @@ def test_a_dropped_connection_is_reopened_and_the_lease_goes_on() -> None:
     assert Segment.objects.lease("s") == (11, 20)
     with lease_connection(connection.alias).use() as w:
         assert w.connection is not old
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_waits_until_no_thread_is_inside_a_lease_statement() -> None:
+    """A child must not start with a lease connection caught mid-statement (SQLite keeps its
+    locks' state per process: such a child deadlocked on its next write). ``fork()`` takes
+    every lease connection's lock first; here a thread holds one (as a lease does for its
+    statements) and marks, just before it lets go, that it is about to: the child must see
+    the mark."""
+    conn = lease_connection(connection.alias)
+    held = threading.Event()
+    state = {"letting_go": False}
+
+    def lease_in_flight() -> None:
+        with conn.lock:
+            held.set()
+            time.sleep(0.3)
+            state["letting_go"] = True
+
+    t = threading.Thread(target=lease_in_flight)
+    t.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when it forked after the thread let go
+        os._exit(0 if state["letting_go"] else 1)
+    _, status = os.waitpid(pid, 0)
+    t.join()
+    assert os.waitstatus_to_exitcode(status) == 0, "fork() ran while a lease held its connection"
+    with conn.use():  # the parent's connection is usable after the fork
+        pass

@@ -154,9 +154,13 @@ def test_waiting_for_a_hung_lease_times_out() -> None:
     t.join(5)
 
 
-def test_eight_threads_share_one_generator(prefetcher: Prefetcher) -> None:
+@pytest.mark.parametrize("lock_free", [True, False], ids=["lock-free", "locked"])
+def test_eight_threads_share_one_generator(prefetcher: Prefetcher, lock_free: bool) -> None:
+    """Both paths: the lock-free one (CPython with the GIL) and the one a free-threaded build
+    takes, every value under the lock (``it`` stays None there)."""
     store = MemoryStore(step=500)
-    gen = SegmentGenerator("t", store.lease, prefetcher=prefetcher)
+    gen = SegmentGenerator("t", store.lease, prefetcher=prefetcher, lock_free=lock_free)
+    assert (gen.it is not None) == lock_free
     per_thread = 50_000
     results: list[list[int]] = [[] for _ in range(8)]
 

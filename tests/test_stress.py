@@ -70,14 +70,14 @@ def test_eight_threads_and_forked_and_spawned_processes_never_share_a_value(
         go.set()
         parent_results.extend(workers.stress_threads(NAMES, per_name, 8, seed=2))
 
-    runner = threading.Thread(target=issue)
-    runner.start()
-    go.wait()
-    # forked while the parent's eight threads issue (mid-run, locks possibly held)
     forked = [
         ctx.Process(target=workers.stress_child, args=(NAMES, per_name // 2, 2, 10 + i, out))
         for i in range(2)
     ]
+    runner = threading.Thread(target=issue)
+    runner.start()
+    go.wait()
+    # forked while the parent's eight threads issue (mid-run: leases in flight, locks held)
     for p in forked:
         p.start()
     spawn = multiprocessing.get_context("spawn")

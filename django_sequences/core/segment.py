@@ -141,6 +141,7 @@ class SegmentGenerator:
         "_lease_time",
         "_leases",
         "_lock",
+        "_lock_free",
         "_mark",
         "_pending",
         "_prefetcher",
@@ -168,9 +169,12 @@ class SegmentGenerator:
         prefetcher: Prefetcher | None = None,
         clock: Clock = SYSTEM_CLOCK,
         sizing: Sizing | None = None,
+        lock_free: bool | None = None,
     ) -> None:
         self.name = name
         self._lease = lease
+        # (None: LOCK_FREE, what this interpreter allows; False: every value under the lock)
+        self._lock_free = LOCK_FREE if lock_free is None else lock_free and LOCK_FREE
         self._sizing = sizing
         self._threshold = threshold
         self._wait_timeout = wait_timeout
@@ -184,7 +188,8 @@ class SegmentGenerator:
         self._cond: threading.Condition | None = None  # made when a caller first waits
         #: The fast path's iterator (see :data:`LOCK_FREE`): ``next(gen.it)`` hands out a
         #: value of the current chunk, or raises StopIteration: then call ``gen.next()``.
-        self.it: Iterator[int] = _EMPTY
+        #: None when every value is handed out under the lock.
+        self.it: Iterator[int] | None = _EMPTY if self._lock_free else None
         self._chunk: Iterator[int] = _EMPTY  # the current chunk's values not handed out yet
         self._cur = 1  # the first value of the current range in no chunk and not handed out
         self._last = 0  # empty: _cur > _last
@@ -207,10 +212,12 @@ class SegmentGenerator:
 
     def next(self) -> int:
         """Return one value."""
-        try:
-            return next(self.it)
-        except StopIteration:
-            pass
+        it = self.it
+        if it is not None:
+            try:
+                return next(it)
+            except StopIteration:
+                pass
         with self._lock:
             while True:
                 v = next(self._chunk, None)
@@ -265,9 +272,12 @@ class SegmentGenerator:
         """Put what is left of the current chunk back in the range (lock held): ``min()``
         drains a range iterator in one C call, so a value is either handed out by the fast
         path before it or back at ``_cur`` after it, never both."""
-        first = min(self._chunk, default=None)
-        if first is not None:
-            self._cur = first
+        chunk = self._chunk
+        if chunk is not _EMPTY:  # (a batch after a batch drains nothing: no call at all)
+            self._chunk = _EMPTY
+            first = min(chunk, default=None)
+            if first is not None:
+                self._cur = first
 
     def _refill(self) -> bool:
         """The current chunk is used up: cut the next one from the current range, or from
@@ -287,7 +297,7 @@ class SegmentGenerator:
         chunk = iter(range(cur, stop))
         self._chunk = chunk
         self._cur = stop
-        if LOCK_FREE:
+        if self._lock_free:
             self.it = chunk
         if cur >= trigger:
             self._request_prefetch()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -82,6 +83,7 @@ class LeaseConnection:
                     w.close()
 
     def _after_fork_in_child(self) -> None:
+        _held.clear()  # (the locks taken before the fork are the parent's; new ones below)
         if self._wrapper is not None and self._wrapper.connection is not None:
             _orphans.append(self._wrapper.connection)
             self._wrapper.connection = None
@@ -99,8 +101,38 @@ def lease_connection(alias: str) -> LeaseConnection:
         with _by_alias_lock:
             conn = _by_alias.get(alias)
             if conn is None:
+                _hold_across_fork()
                 conn = _by_alias[alias] = LeaseConnection(alias)
     return conn
+
+
+_held: list[LeaseConnection] = []
+_fork_hooked = False
+
+
+def _hold_across_fork() -> None:
+    """Once per process (``_by_alias_lock`` held): ``fork()`` waits until no thread is inside
+    a statement on a lease connection, and holds them all while it forks. A child must not
+    start with a connection caught mid-transaction: SQLite keeps its locks' state per process
+    in memory, so a child forked during a lease believed it held a lock the kernel never gave
+    it, and its next write waited out the timeout ("database is locked"). The child then
+    drops the connections and locks it inherited (:meth:`LeaseConnection._after_fork_in_child`)."""
+    global _fork_hooked
+    if not _fork_hooked:
+        os.register_at_fork(before=_take_all, after_in_parent=_release_all)
+        _fork_hooked = True
+
+
+def _take_all() -> None:
+    # (a thread leasing now finishes its statement first: one round trip)
+    for conn in list(_by_alias.values()):
+        conn.lock.acquire()
+        _held.append(conn)
+
+
+def _release_all() -> None:
+    while _held:
+        _held.pop().lock.release()
 
 
 def close_all() -> None:
