@@ -57,6 +57,7 @@ import math
 import operator
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -80,8 +81,10 @@ _EMPTY: Iterator[int] = iter(())  # used up: next() raises StopIteration
 #: Most values in one chunk (see the module docstring): the fast path's unit of work, and what
 #: a batch may have to drain from it.
 _CHUNK = 1024
+_CHUNK_MAX = 65536
 _LEASES_AHEAD = 4  # the next lease starts when what is left lasts this many leases
 _MIN_LEAD = 0.002  # ... and never later than when it lasts 2 ms
+_LATE = 0.005  # a prefetch not back this long after it was asked for: callers yield the GIL
 
 _exact: contextvars.ContextVar[bool] = contextvars.ContextVar("exact_leases", default=False)
 
@@ -127,8 +130,10 @@ class SegmentGenerator:
 
     __slots__ = (
         "__weakref__",
+        "_asked",
         "_changes",
         "_chunk",
+        "_chunk_size",
         "_clock",
         "_cond",
         "_consumed",
@@ -191,12 +196,14 @@ class SegmentGenerator:
         #: None when every value is handed out under the lock.
         self.it: Iterator[int] | None = _EMPTY if self._lock_free else None
         self._chunk: Iterator[int] = _EMPTY  # the current chunk's values not handed out yet
+        self._chunk_size = _CHUNK  # doubles when callers meet on the lock, halves on a drain
         self._cur = 1  # the first value of the current range in no chunk and not handed out
         self._last = 0  # empty: _cur > _last
         self._first = 1
         self._trigger = _NEVER
         self._pending: list[tuple[int, int]] = []  # runs leased after the current range
         self._fetching = False
+        self._asked = 0.0  # when the prefetch in flight was asked for (monotonic)
         self._leases = 0
         self._changes = 0  # ranges installed
         self._waits = 0  # calls that found the memory dry and waited for (or made) a lease
@@ -218,13 +225,30 @@ class SegmentGenerator:
                 return next(it)
             except StopIteration:
                 pass
-        with self._lock:
+        late = False
+        lock = self._lock
+        if not lock.acquire(False):
+            # Another caller is cutting a chunk: many threads issue at once. Longer chunks
+            # make fewer such meetings (each one queues the threads on the lock and the GIL).
+            lock.acquire()
+            if self._chunk_size < _CHUNK_MAX:
+                self._chunk_size <<= 1
+        try:
             while True:
                 v = next(self._chunk, None)
                 if v is not None:
-                    return v
+                    break
                 if not self._refill():
                     break
+                # a new chunk: is a prefetch long overdue? Its thread may be waiting for the
+                # GIL behind the busy callers (8 threads: ~100 ms for a 7 ms lease)
+                late = self._fetching and self._clock.monotonic() - self._asked > _LATE
+        finally:
+            lock.release()
+        if late:
+            time.sleep(0)  # hand the GIL over (the lock is released): the lease gets its turn
+        if v is not None:
+            return v
         return self._take_slow(1)[0]
 
     def take(self, count: int) -> range | list[int]:
@@ -278,6 +302,8 @@ class SegmentGenerator:
             first = min(chunk, default=None)
             if first is not None:
                 self._cur = first
+            # batches mixed with single values: shorter chunks drain faster
+            self._chunk_size = max(_CHUNK, self._chunk_size >> 1)
 
     def _refill(self) -> bool:
         """The current chunk is used up: cut the next one from the current range, or from
@@ -290,7 +316,7 @@ class SegmentGenerator:
             self._install(first, last)
             cur = first
         last = self._last
-        stop = min(last + 1, cur + max(1, min(_CHUNK, (last - self._first + 1) >> 2)))
+        stop = min(last + 1, cur + max(1, min(self._chunk_size, (last - self._first + 1) >> 2)))
         trigger = self._trigger
         if cur < trigger < stop:
             stop = trigger  # the chunk that hands out the trigger value starts with it
@@ -325,6 +351,7 @@ class SegmentGenerator:
         self._trigger = _NEVER
         if not self._fetching and not self._pending:
             self._fetching = True
+            self._asked = self._clock.monotonic()
             (self._prefetcher or default_prefetcher()).submit(self)
 
     def _install(self, first: int, last: int) -> None:
@@ -457,8 +484,10 @@ class SegmentGenerator:
         # On failure the caller that runs the range dry leases itself and sees the error then.
         with self._lock:
             size = self._lease_size()
+            asked = self._asked
         with contextlib.suppress(BaseException):
-            self._lease_into_next(size)
+            # timed from the request: the wait for the thread (and the GIL) counts as lease time
+            self._lease_into_next(size, since=asked)
 
     def _lease_runs(self, size: int | None) -> list[tuple[int, int]]:
         """Lease ``size`` values (None: the store's step) as runs ``(first, last)``, inclusive,
@@ -466,12 +495,16 @@ class SegmentGenerator:
         return [self._lease(size)]
 
     def _lease_into_next(
-        self, size: int | None, regular: bool = True, pieces: list[range] | None = None
+        self,
+        size: int | None,
+        regular: bool = True,
+        pieces: list[range] | None = None,
+        since: float | None = None,
     ) -> None:
         """Lease (outside the lock) and queue the runs as the pending ones; ``_fetching`` is set
         by the caller and cleared here, and waiters are woken, whatever happens. On failure the
         caller's ``pieces`` (values it set aside) go back first, before any waiter runs."""
-        started = self._clock.monotonic()
+        started = since if since else self._clock.monotonic()
         try:
             runs = self._lease_runs(size)
         except BaseException as exc:
