@@ -2,7 +2,8 @@
 
 Algorithm. The generator holds a *current* range ``[_first, _last]`` and the *pending* ranges
 leased after it (one, except where a lease returns several runs, as ``memory_bits`` over
-``failover``). The current range is handed out in *chunks* of up to ``_CHUNK`` values: the
+``failover``). The current range is handed out in *chunks* (``_CHUNK`` values; doubled, up to
+``_CHUNK_MAX``, when a caller finds another cutting one, halved by a batch's drain): the
 chunk is a ``range`` iterator, ``it``, and ``next(gen.it)`` is the whole fast path: on CPython
 with the GIL, ``next()`` of a range iterator is one C call, atomic, so the fast path takes no
 lock and every value comes out once (:data:`LOCK_FREE`; a free-threaded build keeps ``it``
@@ -18,13 +19,11 @@ comes back to ``_cur`` now, never both; the batch then cuts its values from ``_c
 a gap. A thread that read ``it`` before the drain finds it used up and goes the locked way.
 Values a thread receives increase, whatever it mixes.
 
-Prefetch, by time. The next lease starts when the chunk being cut reaches the *trigger* (the
-point where ``PREFETCH_THRESHOLD`` of the range is used), or earlier: when what is left of the
-range lasts less than the *lead time* at the measured rate. The lead time is ``_LEASES_AHEAD``
-measured lease durations (a lease's time rises at once with a slow lease and falls back a
-quarter of the way per lease), at least ``_MIN_LEAD``. The rate is a moving average of what
-each range measured (values used / seconds it served), and what the current one measured so
-far.
+Prefetch, by time. The next lease starts when the chunk being cut reaches the *trigger*
+(``PREFETCH_THRESHOLD`` of the range used), or earlier: when what is left lasts less than
+``_LEASES_AHEAD`` measured leases (timed from the request; rising at once, falling a quarter a
+lease; at least ``_MIN_LEAD``) at the measured rate (a moving average per range). A caller that
+cuts a chunk while a prefetch is ``_LATE`` overdue yields the GIL to the prefetch thread.
 
 Adaptive sizing (``sizing``, optional). With a :class:`Sizing`, each lease asks for as many values
 as the measured consumption rate uses up in ``target`` seconds, bounded by ``[min, max]``, and
