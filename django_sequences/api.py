@@ -131,6 +131,8 @@ class SequenceHandle:
             self.next = self._gen.next  # type: ignore[method-assign,assignment]
 
     def next(self, *, key: str | None = None) -> int:
+        # The fast path of next_value, written out again on purpose: a shared helper would be
+        # one more Python frame on the hottest call (issue 14's ratios are per frame).
         gen = self._gen
         if key is None:
             it = gen.it
