@@ -73,6 +73,14 @@ DEFAULTS: dict[str, Any] = {
     # Called with (event, error) when issuing is refused (a plugin rejected it, the clock went
     # back, a rate limit, exhaustion); the error is raised after it. Default: log a warning.
     "REJECTION_HANDLER": "django_sequences.plugins.log_rejection",
+    # Prometheus metrics (docs/metrics.md; pip install django-sequence-issuer[metrics]): True
+    # registers the app's collector in prometheus-client's default registry at start-up.
+    "METRICS": False,
+    # Capacity warnings (docs/operations.md): warn when a sequence has used this fraction of
+    # what it can ever issue (per period for templates that restart), or when it will run out
+    # within CAPACITY_HORIZON seconds at the measured rate / by the clock (snowflake time bits).
+    "CAPACITY_WARNING": 0.8,
+    "CAPACITY_HORIZON": 365 * 86400.0,
 }
 
 #: The fields of a definition, in the order ``Sequence.objects.spec`` reads them.
@@ -123,7 +131,7 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
                 Problem("django_sequences.E002", f"{SETTING} has unknown key {key!r}.", hint)
             )
     s = {**DEFAULTS, **raw}
-    for key in ("AUTO_CREATE", "FAILOVER_GUARD"):
+    for key in ("AUTO_CREATE", "FAILOVER_GUARD", "METRICS"):
         if not isinstance(s[key], bool):
             out.append(_type(key, "True or False", s))
     m = s["FAILOVER_MARGIN_SECONDS"]
@@ -136,6 +144,12 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
         _pos_int(s["DEFAULT_STEP"]) and s["DEFAULT_MAX_STEP"] < s["DEFAULT_STEP"]
     ):
         out.append(_type("DEFAULT_MAX_STEP", "an int of at least DEFAULT_STEP", s))
+    w = s["CAPACITY_WARNING"]
+    if not _num(w) or not 0 < w <= 1:
+        out.append(_type("CAPACITY_WARNING", "a fraction above 0, at most 1 (0.8: at 80 %)", s))
+    h = s["CAPACITY_HORIZON"]
+    if not _num(h) or h < 0:
+        out.append(_type("CAPACITY_HORIZON", "a number of seconds >= 0", s))
     for key in ("LEASE_BACKOFF", "LEASE_WAIT_TIMEOUT"):
         if not _num(s[key]) or s[key] < 0:
             out.append(_type(key, "a number of seconds >= 0", s))
