@@ -22,6 +22,16 @@ from .exceptions import ConfigurationError
 
 SETTING = "DJANGO_SEQUENCES"
 
+#: Where the documentation is published (mkdocs.yml's site_url, pyproject's Documentation URL):
+#: hints and messages link here, since a pip user has no ``docs/`` folder.
+DOCS_URL = "https://django-sequence-issuer.readthedocs.io/en/latest/"
+
+
+def docs_url(page: str, anchor: str = "") -> str:
+    """The published address of ``docs/<page>.md`` (``docs_url("settings", "system-checks")``)."""
+    page = page.removeprefix("docs/").removesuffix(".md")
+    return f"{DOCS_URL}{'' if page == 'index' else page + '/'}{'#' + anchor if anchor else ''}"
+
 DEFAULTS: dict[str, Any] = {
     # Create a sequence with DEFAULT_* values the first time an unknown name is used.
     "AUTO_CREATE": False,

@@ -22,6 +22,7 @@ from django.db.models.signals import class_prepared
 
 from .api import next_value, next_values
 from .core.base import SequenceSpec
+from .conf import docs_url
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError
 from .numbers import issuer
@@ -173,7 +174,7 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
             return [
                 checks.Error(
                     f"SequenceField template {text!r}: {exc}",
-                    hint="See docs/templates.md for the template language.",
+                    hint=f"The template language: {docs_url('templates')}",
                     obj=self,
                     id="django_sequences.E011",
                 )
