@@ -32,6 +32,7 @@ def docs_url(page: str, anchor: str = "") -> str:
     page = page.removeprefix("docs/").removesuffix(".md")
     return f"{DOCS_URL}{'' if page == 'index' else page + '/'}{'#' + anchor if anchor else ''}"
 
+
 DEFAULTS: dict[str, Any] = {
     # Create a sequence with DEFAULT_* values the first time an unknown name is used.
     "AUTO_CREATE": False,

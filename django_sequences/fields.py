@@ -21,8 +21,8 @@ from django.db import models
 from django.db.models.signals import class_prepared
 
 from .api import next_value, next_values
-from .core.base import SequenceSpec
 from .conf import docs_url
+from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError
 from .numbers import issuer
