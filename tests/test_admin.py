@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
+from pytest_django.fixtures import Settings
 
-from django_sequences.admin.charts import chart_svg
+from django_sequences.admin.charts import chart_svg, count_text
 from django_sequences.admin.preview import parse_context, upcoming
+from django_sequences.conf import docs_url
 from django_sequences.core.base import SequenceSpec
 from django_sequences.models import (
     ApiToken,
@@ -26,7 +28,7 @@ from django_sequences.models import (
     Sequence,
     WorkerLease,
 )
-from django_sequences.ops.stats import minute_of
+from django_sequences.ops.stats import minute_of, snapshot_leased
 
 # the lease runs on its own connection and commits: the tests see real, committed rows
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,36 +94,61 @@ def form_data(seq: Sequence, **changes: Any) -> dict[str, Any]:
 # --- the sequence list ------------------------------------------------------------------------
 
 
+def list_row(html: str, name: str) -> str:
+    """The changelist's row of sequence ``name`` (its name breaks after the dots)."""
+    shown = re.sub(r"(?<=[./:_-])", "<wbr>", name)
+    row = html[html.index(f'<span class="dsq-name">{shown}</span>') :]
+    return row[: row.index("</tr>")]
+
+
 def test_changelist_shows_current_value_the_fill_bar_and_the_rate(admin_client: Client) -> None:
-    defined("adm.list", max_value=1000)
+    seq = defined("adm.list", max_value=1000)
     seed_stats("adm.list", [30, 30, 30])  # 90 values in the last 15 minutes
-    Sequence.objects.define("adm.snow", strategy="snowflake")
+    snow = Sequence.objects.define("adm.snow", strategy="snowflake")
 
     response = admin_client.get(reverse(CHANGELIST))
 
     assert response.status_code == 200
     html = response.content.decode()
-    row = html[html.index(">adm.list<") :]
-    row = row[: row.index("</tr>")]
+    row = list_row(html, "adm.list")
+    assert '<span class="dsq-sub">segment</span>' in row  # the strategy, under the name
     assert 'class="field-current_value">10<' in row
-    assert 'class="dsq-bar"' in row and "width:1.00%" in row
-    assert "990 left (1.0%)" in row
-    assert "6.0/min" in row
-    assert reverse("admin:django_sequences_sequence_status", args=[1]).rsplit("/", 3)[0] in row
-    snow = html[html.index(">adm.snow<") :]
-    snow = snow[: snow.index("</tr>")]
-    assert 'class="field-current_value">—<' in snow  # no counter: no figures
-    assert "0.0/min" in snow
+    assert '<span class="dsq-bar"><span style="width:1.00%">' in row
+    assert '<span class="dsq-left">990</span> <span class="dsq-kind">left until max</span>' in row
+    assert "(1.0% used)" in row
+    assert '<span class="dsq-rate">6.0/min</span>' in row
+    assert f'href="{status_url(seq)}">Status</a>' in row
+    snow_row = list_row(html, "adm.snow")
+    assert 'class="field-current_value">—<' in snow_row  # no counter: no figures
+    assert ">no statistics</span>" in snow_row  # nothing recorded: no rate of 0.0/min
+    assert f'href="{status_url(snow)}">Status</a>' in snow_row
+
+
+def test_changelist_wraps_long_names_and_numbers(admin_client: Client) -> None:
+    """What lets the list fit 1280 px: break opportunities in names and numbers, templates as
+    code under a class admin.css wraps, the bar and status link in classes it styles."""
+    defined("adm.big.numbers-1", min_value=9_000_000_000_000_000_000)
+
+    html = admin_client.get(reverse(CHANGELIST)).content.decode()
+
+    row = list_row(html, "adm.big.numbers-1")
+    assert '<span class="dsq-name">adm.<wbr>big.<wbr>numbers-<wbr>1</span>' in row
+    assert ">9,<wbr>000,<wbr>000,<wbr>000,<wbr>000,<wbr>000,<wbr>009<" in row
+    # 223,372,036,854,775,798 left: rounded, the exact count in the tooltip
+    assert '<span class="dsq-left">2.2 \N{MULTIPLICATION SIGN} 10¹⁷</span>' in row
+    assert 'title="223,372,036,854,775,798 left until max' in row
+    assert "django_sequences/admin.css" in html
 
 
 def test_fill_bar_turns_red_near_max(admin_client: Client) -> None:
-    seq = Sequence.objects.define("adm.full", step=96, max_value=100)
+    Sequence.objects.define("adm.full", step=96, max_value=100)
     Segment.objects.lease("adm.full")
 
     html = admin_client.get(reverse(CHANGELIST)).content.decode()
 
-    assert "4 left (96.0%)" in html and "#ba2121" in html
-    assert seq.pk
+    row = list_row(html, "adm.full")
+    assert 'class="dsq-fill dsq-full"' in row
+    assert '<span class="dsq-left">4</span>' in row and "(96.0% used)" in row
 
 
 # --- the change form and its preview --------------------------------------------------------
@@ -369,10 +396,86 @@ def test_status_page_shows_figures_rows_leases_and_an_svg_chart(admin_client: Cl
     assert ": 12</title>" in svg  # the tallest bar's tooltip
     assert '<td id="dsq-total">24</td>' in html
     assert '<td id="dsq-current">10</td>' in html
-    assert ">adm.status</a></td><td>10</td>" in html  # the row, linked
+    assert ">adm.<wbr>status</a></td><td>10</td>" in html  # the row, linked
     assert "web-1 pid 42 (u-live)" in html
     assert admin_client.get(status_url(seq), {"hours": "1"}).status_code == 200
     assert admin_client.get(status_url(seq), {"hours": "lots"}).status_code == 200
+
+
+def chart_and_hint(html: str) -> tuple[str, str]:
+    """The status page's SVG chart and the hint under it ("" without one)."""
+    start = html.index('<svg xmlns="http://www.w3.org/2000/svg" class="dsq-chart"')
+    svg = html[start : html.index("</svg>", start) + 6]
+    if 'id="dsq-stats-hint"' not in html:
+        return svg, ""
+    hint = html[html.index('id="dsq-stats-hint"') :]
+    return svg, hint[: hint.index("</div>")]
+
+
+def test_an_empty_chart_says_how_to_turn_statistics_on(admin_client: Client) -> None:
+    """The first user's report: 2,000 orders issued, and the chart said "Nothing issued in
+    this time", the rate 0.0/min, with no word that statistics must be turned on."""
+    seq = defined("adm.quiet", step=2000)  # 2,000 values leased, no statistics written
+
+    html = admin_client.get(status_url(seq)).content.decode()
+
+    svg, hint = chart_and_hint(html)
+    assert "No statistics recorded." in svg and "Nothing issued" not in svg
+    assert "No statistics are recorded for this sequence" in hint
+    assert "<code>python manage.py sequences_snapshot</code> from cron" in hint
+    assert "<code>django_sequences.snapshot_stats</code>" in hint
+    assert "django_sequences.plugins.RateStats" in hint and "flush_every" in hint
+    assert f'href="{docs_url("admin", "turning-statistics-on")}"' in hint
+    assert "never writes it" not in hint  # no RateStats here
+    assert "no statistics recorded (see below)" in html  # the rate, not 0.0/min
+    assert '<td id="dsq-current">2000</td>' in html
+
+
+def test_an_empty_window_says_when_values_were_last_counted(admin_client: Client) -> None:
+    seq = defined("adm.older")
+    earlier = minute_of(timezone.now()) - timedelta(hours=5)
+    IssueStat.objects.create(sequence="adm.older", minute=earlier, source="leased", count=40)
+
+    three = admin_client.get(status_url(seq)).content.decode()
+    six = admin_client.get(status_url(seq), {"hours": "6"}).content.decode()
+
+    svg, hint = chart_and_hint(three)
+    assert "Nothing issued in this time." in svg
+    assert "Nothing was issued in the last 3 h: the latest minute with values was" in hint
+    assert "No statistics are recorded" not in hint
+    assert "0.0/min" in three
+    svg6, hint6 = chart_and_hint(six)
+    assert len(re.findall(r'<rect class="bar"', svg6)) == 1 and hint6 == ""
+
+
+def test_a_snapshot_baseline_alone_counts_nothing_yet(admin_client: Client) -> None:
+    seq = defined("adm.baseline")
+    assert snapshot_leased() == {}  # the first snapshot: the baseline, no count
+
+    _svg, hint = chart_and_hint(admin_client.get(status_url(seq)).content.decode())
+
+    assert "Statistics are recorded, but none counted a value yet" in hint
+
+
+def test_rate_stats_that_never_writes_is_named_in_the_hint(
+    admin_client: Client, settings: Settings
+) -> None:
+    seq = defined("adm.unflushed")
+    plugins = {**settings.DJANGO_SEQUENCES, "PLUGINS": ["django_sequences.plugins.RateStats"]}
+
+    with override_settings(DJANGO_SEQUENCES=plugins):
+        html = admin_client.get(status_url(seq)).content.decode()
+
+    _svg, hint = chart_and_hint(html)
+    assert "RateStats plugin counts what this process issues but never writes it" in hint
+
+
+def test_count_text_rounds_only_past_twelve_digits() -> None:
+    assert count_text(999_999_999_999) == "999,999,999,999"
+    assert count_text(99_999) == "99,999"
+    assert count_text(10**12) == "1.0 \N{MULTIPLICATION SIGN} 10¹²"
+    assert count_text(999_999_999_999_990) == "1.0 \N{MULTIPLICATION SIGN} 10¹⁵"  # not 10.0 x 10^14
+    assert count_text(9_223_372_036_854_772_807) == "9.2 \N{MULTIPLICATION SIGN} 10¹⁸"
 
 
 def test_chart_escapes_text_and_places_bars_by_minute() -> None:

@@ -180,3 +180,142 @@ def test_preview_edit_and_chart_in_headless_chromium(
         if entry["level"] == "SEVERE" and "favicon.ico" not in entry["message"]
     ]
     assert not severe, severe
+
+
+# --- the admin at laptop widths: nothing clipped --------------------------------------------
+
+#: The widths a laptop's browser has (the navigation sidebar and the list's filter open).
+WIDTHS = (1280, 1400)
+#: A long template (59 characters) and the largest and smallest 64-bit bounds.
+LONG_TEMPLATE = "EU-WEST/SO-{date:%Y%m%d}-{seq:08}-{random:4}{check:mod97_10}"
+BIGINT_MAX = "9223372036854775807"
+BIGINT_MIN = "-9223372036854775808"
+
+#: What sticks out at the page's current width: cells of the list past its scrolling wrapper
+#: (which must not scroll) or past the window, inputs whose text is wider than their box, and
+#: any scrolling of the page itself. Returns a list of descriptions (empty: nothing clipped).
+CLIPPED = """
+const out = [];
+const view = document.documentElement.clientWidth;
+const right = (e) => e.getBoundingClientRect().right;
+const name = (e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + '.' + e.className;
+if (document.documentElement.scrollWidth > view) {
+  out.push('the page scrolls sideways: ' + document.documentElement.scrollWidth + ' > ' + view);
+}
+const wrapper = document.querySelector('#changelist .results');
+if (wrapper) {
+  if (wrapper.scrollWidth > wrapper.clientWidth) {
+    out.push('the list scrolls sideways: ' + wrapper.scrollWidth + ' > ' + wrapper.clientWidth);
+  }
+  const edge = Math.min(right(wrapper), view);
+  for (const cell of document.querySelectorAll('#result_list th, #result_list td')) {
+    if (right(cell) > edge + 0.5) {
+      const text = cell.textContent.trim();
+      out.push(name(cell) + ' ends at ' + right(cell) + ', past ' + edge + ': ' + text);
+    }
+  }
+  const filter = document.getElementById('changelist-filter');
+  if (filter && right(wrapper) > filter.getBoundingClientRect().left + 0.5) {
+    out.push('the list runs under the filter');
+  }
+}
+const boxes = '#content input:not([type=hidden]):not([type=checkbox]), #content table, svg';
+for (const e of document.querySelectorAll(boxes)) {
+  if (right(e) > view + 0.5) out.push(name(e) + ' ends at ' + right(e) + ', past ' + view);
+  if (e.tagName === 'INPUT' && e.scrollWidth > e.clientWidth) {
+    const sizes = e.scrollWidth + ' > ' + e.clientWidth;
+    out.push(name(e) + ' cuts its text ' + JSON.stringify(e.value) + ': ' + sizes);
+  }
+}
+return out;
+"""
+
+
+def log_in(browser: WebDriver, live_server: LiveServer, then: str) -> None:
+    User.objects.create_superuser("root", "root@example.com", "e2e-password")
+    browser.get(f"{live_server.url}/admin/login/?next={then}")
+    browser.find_element(By.NAME, "username").send_keys("root")
+    browser.find_element(By.NAME, "password").send_keys("e2e-password")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait_for(browser, "the admin", lambda d: d.current_url.endswith(then))
+
+
+def look(browser: WebDriver, url: str, width: int, shot: Path) -> list[str]:
+    """Open ``url`` in a window ``width`` wide, save a screenshot of the whole page to
+    ``shot`` and return what :data:`CLIPPED` finds."""
+    browser.set_window_size(width, 900)
+    browser.get(url)
+    wait_for(browser, "the page", lambda d: d.find_elements(By.ID, "content"))
+    assert browser.execute_script("return window.innerWidth") == width
+    clipped: list[str] = browser.execute_script(CLIPPED)
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(width, max(height, 900))
+    browser.save_screenshot(str(shot))
+    return clipped
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    """Where the screenshots go: ``$DJANGO_SEQUENCES_SCREENSHOTS`` if set (to keep them),
+    else the test's temporary directory (pytest keeps the last three runs')."""
+    folder = Path(os.environ.get("DJANGO_SEQUENCES_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_nothing_is_clipped_at_1280_and_1400_px(
+    live_server: LiveServer, browser: WebDriver, static_root: None, screenshots: Path
+) -> None:
+    # a daily order series right after 2,000 orders, a long-named strict series with a long
+    # template, a snowflake, an invoice series at 95 % and one counting near the 64-bit end
+    orders = Sequence.objects.define(
+        "shop.order", template="SO{date:%Y%m%d}{seq:05}{check:luhn}", reset="day"
+    )
+    assert len(django_sequences.next_numbers("shop.order", 2000)) == 2000
+    waybill = Sequence.objects.define(
+        "warehouse.waybill.europe-central-1", strategy="strict", template=LONG_TEMPLATE
+    )
+    Sequence.objects.define("ids.snowflake", strategy="snowflake")
+    Sequence.objects.define("invoice.2026", strategy="strict", max_value=999_999, step=950_000)
+    Segment.objects.lease("invoice.2026")
+    Sequence.objects.define("legacy.ids", min_value=int(BIGINT_MAX) - 10**15, step=10)
+    Segment.objects.lease("legacy.ids")
+    base = f"{live_server.url}/admin/django_sequences/sequence/"
+    log_in(browser, live_server, "/admin/django_sequences/sequence/")
+
+    for width in WIDTHS:
+        # the list: every column whole, the table not scrolling, the filter beside it
+        clipped = look(browser, base, width, screenshots / f"changelist-{width}.png")
+        assert clipped == [], clipped
+        headers = browser.execute_script(
+            "return [...document.querySelectorAll('#result_list thead th')]"
+            ".map(e => e.textContent.trim())"
+        )
+        assert headers[1:] == ["Sequence", "Template", "Current value", "Remaining", "Rate, status"]
+        assert len(browser.find_elements(By.LINK_TEXT, "Status")) == 5
+
+        # the change form with a long template and both 64-bit ends typed in
+        form = f"{base}{waybill.pk}/change/"
+        assert look(browser, form, width, screenshots / f"change-form-{width}.png") == []
+        browser.set_window_size(width, 900)
+        retype(browser.find_element(By.ID, "id_template"), LONG_TEMPLATE)
+        retype(browser.find_element(By.ID, "id_max_value"), BIGINT_MAX)
+        retype(browser.find_element(By.ID, "id_min_value"), BIGINT_MIN)
+        clipped = browser.execute_script(CLIPPED)
+        browser.save_screenshot(str(screenshots / f"change-form-typed-{width}.png"))
+        assert clipped == [], clipped
+        values = browser.execute_script(
+            "return ['id_template', 'id_max_value', 'id_min_value']"
+            ".map(i => document.getElementById(i).value)"
+        )
+        assert values == [LONG_TEMPLATE, BIGINT_MAX, BIGINT_MIN]
+
+        # the status page right after 2,000 orders without statistics: says how to turn them on
+        status = f"{base}{orders.pk}/status/"
+        clipped = look(browser, status, width, screenshots / f"status-{width}.png")
+        assert clipped == [], clipped
+        hint = browser.find_element(By.ID, "dsq-stats-hint").text
+        assert "No statistics are recorded for this sequence" in hint
+        assert "manage.py sequences_snapshot" in hint and "RateStats" in hint
+
+    print(f"screenshots: {screenshots}")

@@ -12,13 +12,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from ..models import Sequence
-from ..ops.stats import rate_series
+from ..conf import docs_url
+from ..models import IssueStat, Sequence
+from ..ops.stats import LEASED_TOTAL, rate_series
+from ..plugins import RateStats, active
+from ..sources.connections import resolve_alias
 
 #: Minutes the changelist's rate column averages over.
 RATE_MINUTES = 15
@@ -46,25 +50,71 @@ def fill(current: int | None, min_value: int, max_value: int) -> Fill | None:
     return Fill(current, max(max_value - taken, 0), 100.0 * used / total if total else 100.0)
 
 
-def fill_bar(f: Fill | None, *, cycle: bool = False) -> SafeString:
-    """A small bar of the share used, in inline HTML and CSS."""
+@dataclass(frozen=True)
+class Left:
+    """What is left of a sequence's tightest limit, as the list and the status page show it:
+    ``left`` (None when only a time is known, e.g. a snowflake's time bits), the share used in
+    percent, the words naming the limit ("left until max", "left today" …), how long it lasts
+    (``runway``, "" when unknown) and the warning, if any."""
+
+    left: int | None
+    percent: float
+    kind: str
+    runway: str = ""
+    warning: str | None = None
+
+
+def left_of_fill(f: Fill | None, *, cycle: bool) -> Left | None:
+    """The limit ``max_value`` sets, from a counter's :class:`Fill`."""
     if f is None:
+        return None
+    return Left(f.remaining, f.percent, str(_("until wrap") if cycle else _("left until max")))
+
+
+_SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def count_text(n: int) -> str:
+    """``n`` for a narrow column: with thousands separators up to 12 digits, then rounded
+    (``9.2 \N{MULTIPLICATION SIGN} 10¹⁸``; the exact count goes in a tooltip)."""
+    if abs(n) < 10**12:
+        return f"{n:,}"
+    mantissa, exp = f"{n:.1e}".split("e")  # "9.2e+18": rounded once, 9.99e14 gives 1.0e+15
+    return f"{mantissa} \N{MULTIPLICATION SIGN} 10{str(int(exp)).translate(_SUPERSCRIPT)}"
+
+
+def wrappable(n: int) -> SafeString:
+    """``n`` with thousands separators, allowed to wrap after each comma in a narrow cell."""
+    return mark_safe(",<wbr>".join(f"{n:,}".split(",")))  # digits, commas and minus only
+
+
+def fill_bar(left: Left | None) -> SafeString:
+    """A bar of the share used (blue, orange from 80 %, red from 95 %) above the count left and
+    the limit it is counted against; styled by ``django_sequences/admin.css``."""
+    if left is None:
         return mark_safe("—")
-    colour = "#417690" if f.percent < 80 else "#d98b00" if f.percent < 95 else "#ba2121"
-    shown = f"{f.percent:.1f}" if f.percent >= 0.1 or f.percent == 0 else "<0.1"
-    until = _("until wrap") if cycle else _("left")
+    level = "ok" if left.percent < 80 else "warn" if left.percent < 95 else "full"
+    shown = f"{left.percent:.1f}" if left.percent >= 0.1 or left.percent == 0 else "<0.1"
+    used = _("%(percent)s%% used") % {"percent": shown}
+    if left.left is None:
+        what, exact = left.runway or "—", left.runway
+    else:
+        what, exact = count_text(left.left), f"{left.left:,}"
+    tip = " ".join(p for p in (exact, left.kind, f"({used})", left.warning or "") if p)
     return format_html(
-        '<span class="dsq-fill" title="{}% used">'
-        '<span class="dsq-bar" style="display:inline-block;vertical-align:middle;width:100px;'
-        'height:10px;background:#e8e8e8;border-radius:2px;overflow:hidden">'
-        '<span style="display:block;height:100%;width:{}%;background:{}"></span></span> '
-        "{} {} ({}%)</span>",
-        shown,
-        f"{min(f.percent, 100.0):.2f}",
-        colour,
-        f"{f.remaining:,}",
-        until,
-        shown,
+        '<span class="dsq-fill dsq-{}" title="{}">'
+        '<span class="dsq-bar"><span style="width:{}%"></span></span>'
+        '<span class="dsq-left">{}</span> <span class="dsq-kind">{}</span>{} '
+        '<span class="dsq-used">({})</span></span>',
+        level,
+        tip,
+        f"{min(left.percent, 100.0):.2f}",
+        what,
+        left.kind,
+        format_html(' <span class="dsq-runway">{}</span>', left.runway)
+        if left.runway and left.left is not None
+        else "",
+        used,
     )
 
 
@@ -81,31 +131,66 @@ def chart_hours(query: Mapping[str, str]) -> int:
         return CHART_HOURS
 
 
+@dataclass(frozen=True)
+class Recording:
+    """Whether statistics of a sequence are recorded: ``recorded`` (any ``IssueStat`` row of
+    it, a snapshot's baseline included), ``last`` (the latest minute that counted values, None
+    without one) and ``plugin_idle`` (the ``RateStats`` plugin counts in this process but has
+    no ``flush_every``, so its counts never reach the table)."""
+
+    recorded: bool
+    last: datetime | None
+    plugin_idle: bool
+
+
+def recording(name: str, *, using: str | None = None) -> Recording:
+    """How the statistics of sequence ``name`` are kept: one aggregate query."""
+    found = (
+        IssueStat.objects.using(resolve_alias(using))
+        .filter(sequence=name)
+        .aggregate(any=Max("minute"), last=Max("minute", filter=~Q(source=LEASED_TOTAL)))
+    )
+    plugins = active(RateStats)
+    return Recording(
+        recorded=found["any"] is not None,
+        last=found["last"],
+        plugin_idle=bool(plugins) and plugins[0].flush_every is None,
+    )
+
+
+#: Where the admin's hint sends people who want statistics.
+STATS_DOCS = docs_url("admin", "turning-statistics-on")
+
+
 def status_figures(obj: Sequence, current: int | None, *, hours: int, using: str) -> dict[str, Any]:
     """The status page's figures of ``obj`` (``current``: its largest counter row value, None
-    without one): the fill and its bar, the rate, the total and the chart of the last
-    ``hours``."""
+    without one): the fill, the rate, the total, whether statistics are recorded and the chart
+    of the last ``hours``."""
     counted = fill(current, obj.min_value, obj.max_value)
     now = timezone.now()
     series = rate_series(obj.name, hours * 60, now, using=using)
     total = sum(c for _m, c in series)
     rate = sum(c for _m, c in series[-RATE_MINUTES:]) / RATE_MINUTES
+    stats = recording(obj.name, using=using)
     title = _("%(name)s: values issued per minute, last %(hours)s h")
+    empty = _("Nothing issued in this time.") if stats.recorded else _("No statistics recorded.")
     chart = chart_svg(
         series,
         end=now,
         minutes=hours * 60,
         title=str(title % {"name": obj.name, "hours": hours}),
+        empty=str(empty),
     )
     return {
         "fill": counted,
-        "bar": fill_bar(counted, cycle=obj.cycle),
         "rate": rate,
         "total": total,
         "hours": hours,
         "hour_choices": [h for h in (1, 3, 6, 12, 24, 48) if h <= CHART_MAX_HOURS],
         "chart": mark_safe(chart),  # built from escaped text only
         "rate_minutes": RATE_MINUTES,
+        "stats": stats,
+        "stats_docs": STATS_DOCS,
     }
 
 
@@ -128,12 +213,13 @@ def chart_svg(
     title: str,
     width: int = 760,
     height: int = 240,
+    empty: str = "",
 ) -> str:
     """An SVG bar chart of values issued per minute over the ``minutes`` before ``end``.
 
     Server-rendered: axes, a bar per minute with values (with a tooltip), y ticks at 0, half
-    and the top, an x label every so many minutes in the current time zone. Text is
-    escaped."""
+    and the top, an x label every so many minutes in the current time zone; without a value,
+    ``empty`` (default "Nothing issued in this time.") in the middle. Text is escaped."""
     left, right, top, bottom = 64, 12, 28, 36
     plot_w, plot_h = width - left - right, height - top - bottom
     end = end.replace(second=0, microsecond=0)
@@ -192,7 +278,7 @@ def chart_svg(
     if not counts:
         parts.append(
             f'<text x="{left + plot_w / 2:.1f}" y="{top + plot_h / 2:.1f}" text-anchor="middle" '
-            f'fill="#666">{escape(str(_("Nothing issued in this time.")))}</text>'
+            f'fill="#666">{escape(empty or str(_("Nothing issued in this time.")))}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)

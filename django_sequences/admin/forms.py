@@ -97,6 +97,18 @@ class SequenceForm(forms.ModelForm):
             "template",
             "reset",
         )
+        # wide enough for a long template and a 19-digit bound (admin.css)
+        widgets = {
+            "template": forms.TextInput(
+                attrs={
+                    "class": "vTextField dsq-template-input",
+                    "spellcheck": "false",
+                    "autocomplete": "off",
+                }
+            ),
+            "min_value": forms.NumberInput(attrs={"class": "vBigIntegerField dsq-bound"}),
+            "max_value": forms.NumberInput(attrs={"class": "vBigIntegerField dsq-bound"}),
+        }
 
     def _update_errors(self, errors: ValidationError) -> None:
         # Sequence.clean() speaks to Python callers; the form speaks to admin users

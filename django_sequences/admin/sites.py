@@ -23,7 +23,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db import router
-from django.db.models import Count, DateTimeField, Max, QuerySet, Value
+from django.db.models import Count, DateTimeField, Exists, Max, OuterRef, QuerySet, Value
 from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
@@ -48,6 +48,7 @@ from ..models import (
 )
 from ..ops.overview import WRAPPERS, partition_health
 from .charts import Fill, chart_hours, fill, fill_bar, rate_per_minute, status_figures
+from .columns import left_of, name_cell, number_cell, rate_cell, row_cells, template_cell
 from .forms import ApiTokenForm, SequenceForm, SetValueForm, for_people
 from .leases import database_now, duration_text, lease_expired, lease_holder, lease_info
 from .preview import (
@@ -80,15 +81,10 @@ class SegmentInline(admin.TabularInline):
 @admin.register(Sequence)
 class SequenceAdmin(admin.ModelAdmin):
     form = SequenceForm
-    list_display = (
-        "name",
-        "strategy",
-        "template",
-        "current_value",
-        "remaining",
-        "rate",
-        "status_link",
-    )
+    # narrow enough for 1280 px with both sidebars (columns.py, admin.css): the strategy sits
+    # under the name and the status link under the rate
+    list_display = ("sequence_name", "template_text", "current_value", "remaining", "rate")
+    list_display_links = ("sequence_name",)
     list_filter = ("strategy", "cycle")
     search_fields = ("name",)
     inlines = [SegmentInline]
@@ -114,7 +110,11 @@ class SequenceAdmin(admin.ModelAdmin):
         return (
             super()
             .get_queryset(request)
-            .annotate(_current=Max("segments__value"), _rows=Count("segments"))
+            .annotate(
+                _current=Max("segments__value"),
+                _rows=Count("segments"),
+                _recorded=Exists(IssueStat.objects.filter(sequence=OuterRef("name"))),
+            )
         )
 
     def get_urls(self) -> list[URLPattern]:
@@ -180,23 +180,28 @@ class SequenceAdmin(admin.ModelAdmin):
             current = obj.segments.aggregate(v=Max("value"))["v"]
         return fill(current, obj.min_value, obj.max_value)
 
+    @admin.display(description=_("sequence"), ordering="name")
+    def sequence_name(self, obj: Sequence) -> SafeString:
+        return name_cell(obj)
+
+    @admin.display(description=_("template"), ordering="template")
+    def template_text(self, obj: Sequence) -> SafeString:
+        return template_cell(obj)
+
     @admin.display(description=_("current value"), ordering="_current")
-    def current_value(self, obj: Sequence) -> str:
-        f = self._fill(obj)
-        return "—" if f is None else f"{f.current:,}"
+    def current_value(self, obj: Sequence) -> SafeString:
+        return number_cell(self._fill(obj))
 
-    @admin.display(description=_("remaining until max"))
+    @admin.display(description=_("remaining"))
     def remaining(self, obj: Sequence) -> SafeString:
-        return fill_bar(self._fill(obj), cycle=obj.cycle)
+        return fill_bar(left_of(obj, self._fill(obj)))
 
-    @admin.display(description=_("rate"))
-    def rate(self, obj: Sequence) -> str:
-        return f"{rate_per_minute(obj.name, using=obj._state.db):,.1f}/min"
-
-    @admin.display(description=_("status"))
-    def status_link(self, obj: Sequence) -> SafeString:
+    @admin.display(description=_("rate, status"))
+    def rate(self, obj: Sequence) -> SafeString:
         url = reverse(f"{self.admin_site.name}:django_sequences_sequence_status", args=[obj.pk])
-        return format_html('<a href="{}">{}</a>', url, _("Status"))
+        recorded = getattr(obj, "_recorded", True)  # annotated by get_queryset
+        per_minute = rate_per_minute(obj.name, using=obj._state.db) if recorded else None
+        return rate_cell(per_minute, url)
 
     # the change form's preview
 
@@ -267,14 +272,12 @@ class SequenceAdmin(admin.ModelAdmin):
             "title": _("Status of %(name)s") % {"name": obj.name},
             "sequence": obj,
             **status_figures(obj, current, hours=hours, using=using),
+            "bar": fill_bar(left_of(obj, fill(current, obj.min_value, obj.max_value))),
             "rows": [
-                {
-                    "row": r,
-                    "url": reverse(
-                        f"{self.admin_site.name}:django_sequences_segment_change", args=[r.pk]
-                    ),
-                    "fill": fill(r.value, r.min_value, r.max_value),
-                }
+                row_cells(
+                    r,
+                    reverse(f"{self.admin_site.name}:django_sequences_segment_change", args=[r.pk]),
+                )
                 for r in rows
             ],
             "leases": [lease_info(lease, db_time) for lease in worker_leases],
