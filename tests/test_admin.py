@@ -94,10 +94,14 @@ def form_data(seq: Sequence, **changes: Any) -> dict[str, Any]:
 # --- the sequence list ------------------------------------------------------------------------
 
 
+def breaks(text: str) -> str:
+    """``text`` as the admin prints it in a narrow cell: may wrap after . / : _ -"""
+    return re.sub(r"(?<=[./:_-])", "<wbr>", text)
+
+
 def list_row(html: str, name: str) -> str:
     """The changelist's row of sequence ``name`` (its name breaks after the dots)."""
-    shown = re.sub(r"(?<=[./:_-])", "<wbr>", name)
-    row = html[html.index(f'<span class="dsq-name">{shown}</span>') :]
+    row = html[html.index(f'<span class="dsq-name">{breaks(name)}</span>') :]
     return row[: row.index("</tr>")]
 
 
@@ -138,6 +142,55 @@ def test_changelist_wraps_long_names_and_numbers(admin_client: Client) -> None:
     assert '<span class="dsq-left">2.2 \N{MULTIPLICATION SIGN} 10¹⁷</span>' in row
     assert 'title="223,372,036,854,775,798 left until max' in row
     assert "django_sequences/admin.css" in html
+
+
+def test_remaining_is_the_tightest_limit_not_the_distance_to_max(admin_client: Client) -> None:
+    """The first user's report: a daily {seq:05} series showed 9,223,372,036,854,765,808 left;
+    what is left is today's share of its five digits."""
+    seq = Sequence.objects.define("adm.daily5", step=10, template="D{date:%Y%m%d}{seq:05}")
+    today = f"adm.daily5:{timezone.now():%Y%m%d}"
+    Segment.objects.lease(today, sequence="adm.daily5")  # 10 of today's 99,999 leased
+    Sequence.objects.define("adm.ring", step=10, max_value=100, cycle=True)
+    Segment.objects.lease("adm.ring")
+    Sequence.objects.define("adm.flake", strategy="snowflake")
+
+    html = admin_client.get(reverse(CHANGELIST)).content.decode()
+    status = admin_client.get(status_url(seq)).content.decode()
+
+    row = list_row(html, "adm.daily5")
+    assert '<span class="dsq-left">99,989</span> <span class="dsq-kind">left today</span>' in row
+    assert "9.2 \N{MULTIPLICATION SIGN} 10" not in row and "9,223,372" not in row
+    ring = list_row(html, "adm.ring")
+    assert '<span class="dsq-left">90</span> <span class="dsq-kind">until wrap</span>' in ring
+    flake = list_row(html, "adm.flake")
+    assert re.search(
+        r'<span class="dsq-left">\d+ years</span> <span class="dsq-kind">until the '
+        r"time bits end</span>",
+        flake,
+    ), flake
+    remaining = status[status.index('id="dsq-remaining"') : status.index('id="dsq-limits"')]
+    assert '<span class="dsq-left">99,989</span> <span class="dsq-kind">left today</span>' in (
+        remaining
+    )
+    assert "{seq:05} per day" in remaining
+    others = status[status.index('id="dsq-limits"') :]
+    assert "max_value 9,223,372,036,854,775,807 per day" in others[: others.index("</td>")]
+    # the counter rows: today's holds 99,989 more, whatever its max_value
+    rows = status[status.index('id="dsq-rows"') :]
+    today_row = rows[rows.index(breaks(today)) :]
+    assert '<td><span title="99,989">99,989</span></td>' in today_row[: today_row.index("</tr>")]
+
+
+def test_status_page_shows_the_capacity_warning(admin_client: Client) -> None:
+    seq = Sequence.objects.define("adm.nearly", step=96, max_value=100)
+    Segment.objects.lease("adm.nearly")
+
+    html = admin_client.get(status_url(seq)).content.decode()
+
+    remaining = html[html.index('id="dsq-remaining"') :]
+    remaining = remaining[: remaining.index("</td>")]
+    assert 'class="dsq-fill dsq-full"' in remaining
+    assert '<p class="dsq-warning">' in remaining and "Raise max_value" in remaining
 
 
 def test_fill_bar_turns_red_near_max(admin_client: Client) -> None:

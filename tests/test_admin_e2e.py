@@ -8,6 +8,7 @@ without them the test fails rather than skip, so a green run always means a brow
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -293,6 +294,15 @@ def test_nothing_is_clipped_at_1280_and_1400_px(
         )
         assert headers[1:] == ["Sequence", "Template", "Current value", "Remaining", "Rate, status"]
         assert len(browser.find_elements(By.LINK_TEXT, "Status")) == 5
+        remaining = browser.execute_script(
+            "return Object.fromEntries([...document.querySelectorAll('#result_list tbody tr')]"
+            ".map(r => [r.querySelector('.dsq-name').textContent,"
+            " r.querySelector('td.field-remaining').textContent.replace(/\\s+/g, ' ')]))"
+        )
+        # today's share of {seq:05}, not 9.2 x 10^18 until the 64-bit max_value
+        assert re.match(r"9\d,\d{3} left today \(\d\.\d% used\)", remaining["shop.order"])
+        assert remaining["invoice.2026"] == "49,999 left until max (95.0% used)"
+        assert "until the time bits end" in remaining["ids.snowflake"]
 
         # the change form with a long template and both 64-bit ends typed in
         form = f"{base}{waybill.pk}/change/"

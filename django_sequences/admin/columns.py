@@ -2,11 +2,13 @@
 and the filter open (``django_sequences/admin.css`` styles them): the name carries the strategy
 under it and may wrap after its dots, the template wraps anywhere, numbers wrap after their
 commas, the rate carries the status link, and "remaining" counts the sequence's tightest limit
-(:func:`left_of`)."""
+from :mod:`django_sequences.ops.capacity` (:func:`left_of`): today's values of a daily
+``{seq:05}`` series, not the distance to a 64-bit ``max_value``."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from django.utils.html import format_html, format_html_join
@@ -14,7 +16,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Segment, Sequence
-from .charts import Fill, Left, count_text, fill, left_of_fill, wrappable
+from ..ops.capacity import Capacity, compute, duration
+from .charts import Fill, Left, count_text, fill, rate_per_minute, wrappable
 
 #: Where a long sequence name may wrap: after these characters.
 _BREAKS = re.compile(r"(?<=[./:_-])")
@@ -41,9 +44,15 @@ def count_html(n: int | None) -> SafeString:
     return format_html('<span title="{}">{}</span>', f"{n:,}", count_text(n))
 
 
-def row_cells(row: Segment, url: str) -> dict[str, Any]:
-    """A counter row as the status page's table shows it (``url``: the row's change page)."""
+def row_cells(row: Segment, url: str, limits: list[Capacity]) -> dict[str, Any]:
+    """A counter row as the status page's table shows it (``url``: the row's change page;
+    ``limits``: its sequence's capacity): what is left in it is bounded by its ``max_value``
+    and by what the template's field can show."""
     f = fill(row.value, row.min_value, row.max_value)
+    left = None if f is None else f.remaining
+    field = next((c.bound for c in limits if c.kind == "template" and c.bound), None)
+    if left is not None and field is not None:
+        left = max(min(left, field - max(row.value - row.min_value + 1, 0)), 0)
     return {
         "row": row,
         "url": url,
@@ -51,7 +60,7 @@ def row_cells(row: Segment, url: str) -> dict[str, Any]:
         "value": wrappable(row.value),
         "min": wrappable(row.min_value),
         "max": wrappable(row.max_value),
-        "remaining": count_html(None if f is None else f.remaining),
+        "remaining": count_html(left),
     }
 
 
@@ -84,7 +93,72 @@ def rate_cell(rate: float | None, status_url: str) -> SafeString:
     )
 
 
-def left_of(obj: Sequence, f: Fill | None) -> Left | None:
-    """What is left of ``obj``'s tightest limit (``f``: its counter's fill, None without
-    one)."""
-    return left_of_fill(f, cycle=obj.cycle)
+#: A reset period as the words after a count: "left today".
+_PERIODS = {
+    "year": _("left this year"),
+    "month": _("left this month"),
+    "day": _("left today"),
+    "hour": _("left this hour"),
+    "minute": _("left this minute"),
+    "second": _("left this second"),
+}
+
+
+def left_of_capacity(c: Capacity) -> Left:
+    """One limit of :func:`django_sequences.ops.capacity.capacity` in the list's words."""
+    percent = 100.0 * c.fraction
+    out = "" if c.runway_seconds is None else duration(c.runway_seconds)
+    if c.kind == "time_bits":
+        ends = (
+            _("until the time bits end")
+            if c.strategy == "snowflake"
+            else _("until the date format ends")
+        )
+        return Left(None, percent, str(ends), runway=out, warning=c.warning)
+    if c.kind == "worker_ids":
+        return Left(c.left, percent, str(_("worker ids free")), warning=c.warning)
+    if c.cycles:
+        kind = str(_("until wrap"))
+    elif c.period in _PERIODS:
+        kind = str(_PERIODS[c.period])
+    elif c.kind == "template":
+        kind = str(_("left in %(field)s") % {"field": c.note})
+    else:
+        kind = str(_("left until max"))
+    runway = str(_("out in %(time)s") % {"time": out}) if out else ""
+    return Left(c.left, percent, kind, runway=runway, warning=c.warning)
+
+
+def limits_of(obj: Sequence) -> list[Capacity]:
+    """``obj``'s limits: those :func:`attach_figures` gave it, else computed now."""
+    if hasattr(obj, "_limits"):
+        found: list[Capacity] = obj._limits
+        return found
+    alias = obj._state.db or "default"
+    return compute([obj.spec()], alias).get(obj.name, [])
+
+
+def left_of(limits: list[Capacity]) -> Left | None:
+    """The tightest of a sequence's limits (None: it has none the capacity knows of)."""
+    return left_of_capacity(limits[0]) if limits else None
+
+
+def attach_figures(objs: Iterable[Sequence]) -> None:
+    """Give each sequence of a list page its rate (``_rate``, values/min; None when no
+    statistics were recorded for it) and its limits (``_limits``), a few queries per page
+    (:func:`django_sequences.ops.capacity.compute`) rather than several per row."""
+    by_alias: dict[str, list[Sequence]] = {}
+    for obj in objs:
+        by_alias.setdefault(obj._state.db or "default", []).append(obj)
+    for alias, group in by_alias.items():
+        rates: dict[str, float | None] = {
+            # _recorded: annotated by the admin's queryset
+            obj.name: rate_per_minute(obj.name, using=alias)
+            if getattr(obj, "_recorded", True)
+            else None
+            for obj in group
+        }
+        found = compute([obj.spec() for obj in group], alias, rates=rates)
+        for obj in group:
+            # like the queryset's annotations: attributes the list's columns read
+            obj.__dict__.update(_rate=rates[obj.name], _limits=found.get(obj.name, []))

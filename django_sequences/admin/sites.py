@@ -21,6 +21,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db import router
 from django.db.models import Count, DateTimeField, Exists, Max, OuterRef, QuerySet, Value
@@ -46,9 +47,20 @@ from ..models import (
     SeriesMark,
     WorkerLease,
 )
+from ..ops.capacity import capacity
 from ..ops.overview import WRAPPERS, partition_health
 from .charts import Fill, chart_hours, fill, fill_bar, rate_per_minute, status_figures
-from .columns import left_of, name_cell, number_cell, rate_cell, row_cells, template_cell
+from .columns import (
+    attach_figures,
+    left_of,
+    left_of_capacity,
+    limits_of,
+    name_cell,
+    number_cell,
+    rate_cell,
+    row_cells,
+    template_cell,
+)
 from .forms import ApiTokenForm, SequenceForm, SetValueForm, for_people
 from .leases import database_now, duration_text, lease_expired, lease_holder, lease_info
 from .preview import (
@@ -116,6 +128,11 @@ class SequenceAdmin(admin.ModelAdmin):
                 _recorded=Exists(IssueStat.objects.filter(sequence=OuterRef("name"))),
             )
         )
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        cl = super().get_changelist_instance(request)
+        attach_figures(cl.result_list)  # the page's rates and limits, in a few queries
+        return cl
 
     def get_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
@@ -194,13 +211,15 @@ class SequenceAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("remaining"))
     def remaining(self, obj: Sequence) -> SafeString:
-        return fill_bar(left_of(obj, self._fill(obj)))
+        return fill_bar(left_of(limits_of(obj)))
 
     @admin.display(description=_("rate, status"))
     def rate(self, obj: Sequence) -> SafeString:
         url = reverse(f"{self.admin_site.name}:django_sequences_sequence_status", args=[obj.pk])
-        recorded = getattr(obj, "_recorded", True)  # annotated by get_queryset
-        per_minute = rate_per_minute(obj.name, using=obj._state.db) if recorded else None
+        if hasattr(obj, "_rate"):  # set by get_changelist_instance
+            per_minute: float | None = obj._rate
+        else:
+            per_minute = rate_per_minute(obj.name, using=obj._state.db)
         return rate_cell(per_minute, url)
 
     # the change form's preview
@@ -265,6 +284,7 @@ class SequenceAdmin(admin.ModelAdmin):
         db_time = database_now(using)
         has_rows = obj.strategy in EXACT_ROWS | MARK_ROWS
         current = max((r.value for r in rows), default=None) if has_rows else None
+        limits = capacity(obj.name, using=using)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -272,11 +292,13 @@ class SequenceAdmin(admin.ModelAdmin):
             "title": _("Status of %(name)s") % {"name": obj.name},
             "sequence": obj,
             **status_figures(obj, current, hours=hours, using=using),
-            "bar": fill_bar(left_of(obj, fill(current, obj.min_value, obj.max_value))),
+            "bar": fill_bar(left_of(limits)),
+            "limits": [(fill_bar(left_of_capacity(c)), c) for c in limits],
             "rows": [
                 row_cells(
                     r,
                     reverse(f"{self.admin_site.name}:django_sequences_segment_change", args=[r.pk]),
+                    limits,
                 )
                 for r in rows
             ],
