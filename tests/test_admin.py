@@ -181,6 +181,17 @@ def test_remaining_is_the_tightest_limit_not_the_distance_to_max(admin_client: C
     assert '<td><span title="99,989">99,989</span></td>' in today_row[: today_row.index("</tr>")]
 
 
+def test_a_short_runway_turns_the_bar_orange_and_says_when(admin_client: Client) -> None:
+    defined("adm.runway", max_value=1_000_000)  # 10 of a million used: 0.0 %
+    seed_stats("adm.runway", [3000] * 15)  # 3,000 a minute: out in about 5.6 hours
+
+    row = list_row(admin_client.get(reverse(CHANGELIST)).content.decode(), "adm.runway")
+
+    assert 'class="dsq-fill dsq-warn"' in row
+    assert '<span class="dsq-runway">out in 5.6 h</span>' in row
+    assert "Raise max_value" in row  # the capacity warning, in the tooltip
+
+
 def test_status_page_shows_the_capacity_warning(admin_client: Client) -> None:
     seq = Sequence.objects.define("adm.nearly", step=96, max_value=100)
     Segment.objects.lease("adm.nearly")

@@ -64,13 +64,6 @@ class Left:
     warning: str | None = None
 
 
-def left_of_fill(f: Fill | None, *, cycle: bool) -> Left | None:
-    """The limit ``max_value`` sets, from a counter's :class:`Fill`."""
-    if f is None:
-        return None
-    return Left(f.remaining, f.percent, str(_("until wrap") if cycle else _("left until max")))
-
-
 _SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -89,11 +82,12 @@ def wrappable(n: int) -> SafeString:
 
 
 def fill_bar(left: Left | None) -> SafeString:
-    """A bar of the share used (blue, orange from 80 %, red from 95 %) above the count left and
-    the limit it is counted against; styled by ``django_sequences/admin.css``."""
+    """A bar of the share used (blue, orange from 80 % or with a capacity warning, red from
+    95 %) above the count left and the limit it is counted against; styled by
+    ``django_sequences/admin.css``."""
     if left is None:
         return mark_safe("—")
-    level = "ok" if left.percent < 80 else "warn" if left.percent < 95 else "full"
+    level = "full" if left.percent >= 95 else "warn" if left.percent >= 80 or left.warning else "ok"
     shown = f"{left.percent:.1f}" if left.percent >= 0.1 or left.percent == 0 else "<0.1"
     used = _("%(percent)s%% used") % {"percent": shown}
     if left.left is None:
