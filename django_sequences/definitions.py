@@ -236,29 +236,9 @@ def define(
 ) -> Definition:
     """:meth:`SequenceManager.define <django_sequences.managers.SequenceManager.define>` of
     manager ``objects``."""
-    check_name(name)
-    if step is None:
-        step, options = step_defaults(strategy, template, options)
-    check_bounds(step, min_value, max_value)
-    if not isinstance(cycle, bool):
-        raise InvalidDefinition(f"cycle must be True or False; got {shown(cycle)}.")
-    check_options(name, options)
-    spec = SequenceSpec(
-        name, strategy, step, min_value, max_value, cycle, template, options or {}, reset
-    )
-    validate(spec)
+    spec = checked_spec(name, strategy, step, min_value, max_value, cycle, template, options, reset)
     alias = resolve_alias(using)
-    seq = objects.model(
-        name=name,
-        strategy=strategy,
-        step=step,
-        min_value=min_value,
-        max_value=max_value,
-        cycle=cycle,
-        template=template,
-        options=options or {},
-        reset=reset,
-    )
+    seq = objects.model(name=name, **{f: getattr(spec, f) for f in SEQUENCE_FIELDS})
 
     def write(w: BaseDatabaseWrapper) -> bool:
         """Insert the definition and its row in one transaction; False if it exists."""
@@ -288,6 +268,82 @@ def define(
     seq._state.adding = False
     seq._state.db = alias
     return seq
+
+
+def checked_spec(
+    name: str,
+    strategy: str = "segment",
+    step: int | None = None,
+    min_value: int = 1,
+    max_value: int = BIGINT_MAX,
+    cycle: bool = False,
+    template: str = "",
+    options: dict[str, Any] | None = None,
+    reset: str = "",
+) -> SequenceSpec:
+    """The definition :func:`define` would write (``step`` None: the defaults), checked as it
+    checks one; raises :class:`InvalidDefinition` (or :class:`InvalidName`) otherwise."""
+    check_name(name)
+    if step is None:
+        step, options = step_defaults(strategy, template, options)
+    check_bounds(step, min_value, max_value)
+    if not isinstance(cycle, bool):
+        raise InvalidDefinition(f"cycle must be True or False; got {shown(cycle)}.")
+    check_options(name, options)
+    spec = SequenceSpec(
+        name, strategy, step, min_value, max_value, cycle, template, options or {}, reset
+    )
+    validate(spec)
+    return spec
+
+
+@dataclass(frozen=True)
+class Defined:
+    """What :meth:`SequenceManager.define_or_update` did (a dry run: would do)."""
+
+    name: str
+    created: bool
+    #: each field set: old -> new (``stored`` None for a definition created)
+    changes: tuple[Drift, ...]
+    #: written (False in a dry run, or when nothing changed)
+    applied: bool
+
+
+def define_or_update(
+    objects: DefinitionManager,
+    name: str,
+    fields: dict[str, Any],
+    *,
+    options: dict[str, Any] | None = None,
+    using: str | None = None,
+    dry_run: bool = False,
+) -> Defined:
+    """:meth:`SequenceManager.define_or_update
+    <django_sequences.managers.SequenceManager.define_or_update>` of manager ``objects``."""
+    alias = resolve_alias(using)
+    stored = objects.spec(name, using=alias)
+    if stored is None:
+        new = dict(fields, options={**fields.get("options", {}), **(options or {})})
+        spec = checked_spec(name, **new)
+        if not dry_run:
+            spec = define(objects, name, using=alias, **new).spec()
+        made = tuple(Drift(f, None, getattr(spec, f)) for f in SEQUENCE_FIELDS)
+        return Defined(spec.name, True, made, not dry_run)
+    if fields.get("strategy", stored.strategy) != stored.strategy:
+        raise InvalidDefinition(
+            f"Sequence {stored.name!r}: its strategy is fixed once created ({stored.strategy!r} "
+            f"-> {fields['strategy']!r}): another strategy counts elsewhere. Define a new "
+            f"sequence under another name.",
+            field="strategy",
+        )
+    wanted = {f: getattr(stored, f) for f in SEQUENCE_FIELDS} | fields
+    wanted["options"] = {**stored.options, **wanted["options"], **(options or {})}
+    drift = drift_of(stored, wanted)
+    if drift:
+        with transaction.atomic(using=alias):  # the definition and its rows' bounds, or neither
+            _model("Segment").objects.lock_rows(using=alias, sequence=stored.name)  # leases wait
+            _update_definition(objects, stored, wanted, drift, alias, dry_run=dry_run)
+    return Defined(stored.name, False, drift, bool(drift) and not dry_run)
 
 
 def check_options(name: str, options: object) -> None:

@@ -23,7 +23,7 @@ from .sources import rows
 from .sources.connections import on_private, resolve_alias, select
 
 if TYPE_CHECKING:
-    from .definitions import Provisioned, SeriesReset
+    from .definitions import Defined, Provisioned, SeriesReset
 
 
 class SequenceManager(models.Manager[Any]):
@@ -166,6 +166,40 @@ class SequenceManager(models.Manager[Any]):
             exist_ok=exist_ok,
         )
 
+    def define_or_update(
+        self,
+        name: str,
+        *,
+        options: dict[str, Any] | None = None,
+        using: str | None = None,
+        dry_run: bool = False,
+        **fields: Any,
+    ) -> Defined:
+        """Create sequence ``name`` from ``fields`` (keyword arguments of :meth:`define`:
+        ``strategy``, ``step``, ``min_value``, ``max_value``, ``cycle``, ``template``,
+        ``reset``; the others take :meth:`define`'s defaults) and ``options``, or, when it
+        exists, change only the fields given and set the keys of ``options`` (other options
+        stay): ``manage.py sequences_define``.
+
+        A new definition is checked and written as :meth:`define` does it. A change is
+        checked as :meth:`define` checks a definition and by
+        :func:`~django_sequences.definitions.check_redefinition` (once the sequence issued: no
+        other template, reset period or counting option, no ``max_value`` below what was
+        leased), and the strategy is fixed once created (as in the admin); a refusal raises
+        :class:`InvalidDefinition` before anything is written. The definition and its counter
+        rows' bounds are written in one transaction, with the rows locked so no lease runs past
+        a new ``max_value`` meanwhile. Returns a
+        :class:`~django_sequences.definitions.Defined` (``changes``: field, old -> new); with
+        ``dry_run`` nothing is written. Running it again with the same arguments changes
+        nothing."""
+        # definitions validates through the strategies, which import the models: a circle
+        from .definitions import define_or_update
+
+        unknown = set(fields) - set(SEQUENCE_FIELDS)
+        if unknown:
+            raise TypeError(f"define_or_update() got unexpected fields {sorted(unknown)}")
+        return define_or_update(self, name, fields, options=options, using=using, dry_run=dry_run)
+
 
 class SegmentManager(models.Manager[Any]):
     def prune_periods(
@@ -234,6 +268,23 @@ class SegmentManager(models.Manager[Any]):
         return rows.increment(
             self.model, key, count, using=using, sequence=sequence, gapless=gapless
         )
+
+    def lock_rows(
+        self, *, using: str, keys: Iterable[str] | None = None, sequence: str | None = None
+    ) -> int:
+        """Lock counter rows ``keys`` (or every row of sequence ``sequence``) until the caller's
+        transaction ends, before it reads them: a write that changes nothing (``UPDATE … SET
+        version = version``). PostgreSQL and MariaDB lock the rows, so a lease waits and then
+        retries on the new version; SQLite takes its one write lock first (a transaction that
+        read before writing could not wait for it: "database is locked"). Returns the number
+        of rows."""
+        qs = self.using(using)
+        qs = (
+            qs.filter(key__in=list(keys))
+            if keys is not None
+            else qs.filter(sequence__name=sequence)
+        )
+        return int(qs.update(version=models.F("version")))
 
     def _create_missing_row(self, w: BaseDatabaseWrapper, key: str, name: str) -> None:
         """Create counter row ``key`` of the definition named ``name`` on connection ``w`` if

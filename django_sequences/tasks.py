@@ -8,16 +8,30 @@ Each task is a thin wrapper over a function that works without Celery
 once on two workers, with no harm: the functions' docstrings say why. So a beat that fires
 twice, a message redelivered after a worker died (``acks_late``), or two beats by mistake cost
 a little work, never a duplicate value or a reset counter.
+
+Without Celery this module still imports: each task is then a stand-in (:class:`Unsent`) that
+runs its function when called, and refuses to be sent (``.delay``, ``.apply_async``, ``.s`` …)
+with a :class:`~django_sequences.exceptions.ConfigurationError` naming the extra to install.
+:func:`beat_schedule` builds its dict either way. The management commands ``sequences_prewarm``,
+``sequences_snapshot`` and ``sequences_reap`` run the same functions from cron or systemd
+(docs/celery.md, "Without Celery: cron and systemd").
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
-from celery import shared_task  # type: ignore[import-untyped]
-from django.utils import timezone
+from .conf import docs_url
+from .exceptions import ConfigurationError
+
+try:
+    from celery import shared_task  # type: ignore[import-untyped]
+except ImportError:  # the celery extra is not installed: the tasks are stand-ins (Unsent)
+    shared_task = None
 
 #: The tasks' registered names (stable: beat schedules and routes refer to them).
 PREWARM = "django_sequences.prewarm"
@@ -25,8 +39,71 @@ HEARTBEAT = "django_sequences.heartbeat"
 REAP = "django_sequences.reap_worker_leases"
 SNAPSHOT = "django_sequences.snapshot_stats"
 
+#: What to install for the tasks to be sent.
+INSTALL = "pip install 'django-sequence-issuer[celery]'"
 
-@shared_task(name=PREWARM)
+
+class Unsent:
+    """A task without Celery: calling it runs its function here, as calling a Celery task
+    does; sending it (``delay``, ``apply_async``, ``apply``, ``s``, ``si``, ``signature``,
+    ``map``, ``starmap``, ``chunks``) raises :class:`ConfigurationError` saying what to
+    install. ``name`` is the registered name."""
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        functools.update_wrapper(self, fn)
+        self.run = fn
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.run(*args, **kwargs)
+
+    def _refuse(self, what: str) -> NoReturn:
+        raise ConfigurationError(
+            f"Task {self.name} cannot be sent ({what}): Celery is not installed. Install it "
+            f"with {INSTALL}, or run the work without Celery: call the function, or the "
+            f"management command (sequences_prewarm, sequences_snapshot, sequences_reap; "
+            f"{docs_url('celery', 'without-celery-cron-and-systemd')})."
+        )
+
+    def delay(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(".delay()")
+
+    def apply_async(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(".apply_async()")
+
+    def apply(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(".apply()")
+
+    def s(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(".s()")
+
+    def si(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(".si()")
+
+    def signature(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(".signature()")
+
+    def map(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(".map()")
+
+    def starmap(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(".starmap()")
+
+    def chunks(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(".chunks()")
+
+    def __repr__(self) -> str:
+        return f"<task {self.name} (Celery not installed)>"
+
+
+def _task(name: str) -> Callable[[Callable[..., Any]], Any]:
+    """``shared_task(name=name)``, or without Celery the :class:`Unsent` stand-in."""
+    if shared_task is None:
+        return lambda fn: Unsent(fn, name)
+    return shared_task(name=name)
+
+
+@_task(PREWARM)
 def prewarm(
     threshold: float = 0.5, lead: float = 3600.0, using: str | None = None
 ) -> dict[str, Any]:
@@ -37,16 +114,15 @@ def prewarm(
     Safe twice: a per-sequence Redis claim lets one of two concurrent runs extend a window
     (and the room is checked again under it), windows come from committed leases and
     ``extend`` only moves forward; rows are made by an insert that ignores an existing key,
-    so no row is ever reset. See ``ops.maintenance.prewarm_windows`` and ``prewarm_periods``.
+    so no row is ever reset. See ``ops.maintenance.prewarm`` (``manage.py sequences_prewarm``).
     """
     from .ops import maintenance  # it imports models; the Celery app imports tasks before setup()
 
-    windows = maintenance.prewarm_windows(threshold=threshold, using=using)
-    rows = maintenance.prewarm_periods(lead=timedelta(seconds=lead), using=using)
-    return {"windows": [asdict(w) for w in windows], "rows": rows}
+    done = maintenance.prewarm(threshold=threshold, lead=timedelta(seconds=lead), using=using)
+    return done.as_dict()
 
 
-@shared_task(name=HEARTBEAT)
+@_task(HEARTBEAT)
 def heartbeat() -> list[dict[str, Any]]:
     """Renew, synchronously, the worker leases held by the worker process that runs it (its
     snowflake and local-counter timestamp generators), persisting each generator's bound
@@ -61,7 +137,7 @@ def heartbeat() -> list[dict[str, Any]]:
     return [asdict(r) for r in maintenance.renew_worker_leases()]
 
 
-@shared_task(name=REAP)
+@_task(REAP)
 def reap_worker_leases(using: str | None = None) -> list[dict[str, Any]]:
     """Release the worker leases that expired by the database's clock, keeping their
     ``last_timestamp``. Safe twice: each release is a conditional update on the version and
@@ -73,23 +149,18 @@ def reap_worker_leases(using: str | None = None) -> list[dict[str, Any]]:
     return [{**asdict(r), "expires_at": r.expires_at.isoformat()} for r in reaped]
 
 
-@shared_task(name=SNAPSHOT)
+@_task(SNAPSHOT)
 def snapshot_stats(keep_days: float = 7.0, using: str | None = None) -> dict[str, Any]:
     """Write this minute's ``"leased"`` statistics of every sequence and flush the running
     process's ``RateStats`` counts (if the plugin is active); in the first minute of each
     hour, also delete statistics older than ``keep_days`` (0: keep them all).
 
     Safe twice: both write absolute values by upsert, a snapshot compares with the sums of
-    earlier minutes only, and flushes of one process are serialised (``ops.stats``)."""
-    from .ops import stats  # optional module; it imports models (tasks is imported before setup)
+    earlier minutes only, and flushes of one process are serialised (``ops.stats``). See
+    ``ops.maintenance.snapshot`` (``manage.py sequences_snapshot``)."""
+    from .ops import maintenance  # it imports models; the Celery app imports tasks before setup()
 
-    now = timezone.now()
-    leased = stats.snapshot_leased(now=now, using=using)
-    flushed = stats.flush_rate_stats(now=now)
-    pruned = 0
-    if keep_days and now.minute == 0:
-        pruned = stats.prune_stats(older_than=timedelta(days=keep_days), now=now, using=using)
-    return {"leased": leased, "flushed": flushed, "pruned": pruned}
+    return maintenance.snapshot(keep_days=keep_days, using=using).as_dict()
 
 
 def beat_schedule(

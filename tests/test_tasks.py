@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from django_sequences import next_number, next_value, numbers, tasks
 from django_sequences.core import heartbeat
+from django_sequences.exceptions import ConfigurationError
 from django_sequences.models import IssueStat, Segment, Sequence, WorkerLease
 from django_sequences.ops import maintenance, stats
 from django_sequences.sources import workers as leases
@@ -483,12 +484,26 @@ def test_beat_schedule_uses_the_registered_names() -> None:
 
 
 def test_tasks_run_eagerly_without_a_worker(prefix: str) -> None:
+    pytest.importorskip("celery")  # .apply() is Celery's (tests/test_nocelery.py: without it)
     name, _key = define_window(prefix)
     result = tasks.prewarm.apply(kwargs={"lead": 60.0}).get()
     assert result["windows"][0]["sequence"] == name
     assert tasks.reap_worker_leases.apply().get() == []
     assert tasks.heartbeat.apply().get() == []
     assert tasks.snapshot_stats.apply().get()["flushed"] == 0
+
+
+def test_a_task_without_celery_runs_when_called_and_says_what_to_install_when_sent() -> None:
+    """The stand-in ``tasks.py`` makes when Celery is not installed (built here directly, so
+    this runs with Celery installed too; tests/test_nocelery.py checks the module itself)."""
+    stand_in = tasks.Unsent(tasks.reap_worker_leases.run, tasks.REAP)
+    assert stand_in.name == "django_sequences.reap_worker_leases"
+    assert stand_in() == [] and stand_in.__doc__ == tasks.reap_worker_leases.run.__doc__
+    for send in (stand_in.delay, stand_in.apply_async, stand_in.s, stand_in.signature):
+        with pytest.raises(ConfigurationError) as caught:
+            send()
+        assert "pip install 'django-sequence-issuer[celery]'" in str(caught.value)
+        assert "django_sequences.reap_worker_leases cannot be sent" in str(caught.value)
 
 
 # --- a real Celery worker --------------------------------------------------------------------

@@ -1,0 +1,141 @@
+"""``manage.py sequences_define NAME [--step N] …``: create a sequence, or change the fields
+given of one that exists, from the command line.
+
+A thin wrapper over :meth:`Sequence.objects.define_or_update
+<django_sequences.managers.SequenceManager.define_or_update>`: the checks of
+``Sequence.objects.define`` and of a redefinition (once a sequence issued, nothing that could
+issue a value again may change; its strategy is fixed once created), refused before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from ...definitions import Defined, Drift
+from ...models import Sequence
+from ..base import SequenceCommand
+
+#: option -> the definition field it sets
+FIELDS = {
+    "strategy": "strategy",
+    "step": "step",
+    "min_value": "min_value",
+    "max_value": "max_value",
+    "template": "template",
+    "reset": "reset",
+    "cycle": "cycle",
+}
+
+
+class Command(SequenceCommand):
+    help = (
+        "Create a sequence, or change the fields given of an existing one (others stay as they "
+        "are), checked as Sequence.objects.define() checks a definition. Prints each change as "
+        "'field: old -> new'. Refused, with nothing written, when a change could issue values "
+        "again once the sequence has issued (docs/commands.md)."
+    )
+
+    CHANGE = "{name}: {field}: {old} -> {new}"
+    CREATED = "created {name}"
+    WOULD_CREATE = "would create {name}"
+    UPDATED = "updated {name}"
+    WOULD_UPDATE = "would update {name}"
+    UP_TO_DATE = "{name}: up to date"
+    NEW = "-"
+    BAD_OPTION = (
+        "--option takes KEY=JSON, e.g. shards=4 or gapless=true (a string in JSON quotes: "
+        "redis_alias='\"cache\"'); got {text!r}: {why}."
+    )
+    database_help = "alias holding the definitions"
+    dry_run_help = "only show what would change"
+    json_help = "print the result as JSON"
+
+    def add_own_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", metavar="NAME", help="the sequence")
+        parser.add_argument(
+            "--strategy", help="segment (default), strict, snowflake …; fixed once created"
+        )
+        parser.add_argument("--step", type=int, help="values one lease takes")
+        parser.add_argument("--min-value", type=int, dest="min_value")
+        parser.add_argument("--max-value", type=int, dest="max_value")
+        cycle = parser.add_mutually_exclusive_group()
+        cycle.add_argument(
+            "--cycle",
+            dest="cycle",
+            action="store_const",
+            const=True,
+            default=None,
+            help="start again at min value after max value",
+        )
+        cycle.add_argument("--no-cycle", dest="cycle", action="store_const", const=False)
+        parser.add_argument("--template", help="how next_number() renders a value")
+        parser.add_argument(
+            "--reset",
+            metavar="PERIOD",
+            help="when a template's counter restarts: never, year, month, day, hour, minute, "
+            "second ('' : from the template's date)",
+        )
+        parser.add_argument(
+            "--option",
+            action="append",
+            default=[],
+            metavar="KEY=JSON",
+            help="set options[KEY] to a JSON value (repeatable); other options stay",
+        )
+
+    def run(self, options: dict[str, Any]) -> None:
+        name: str = options["name"]
+        dry_run: bool = options["dry_run"]
+        fields = {f: options[o] for o, f in FIELDS.items() if options[o] is not None}
+        done = Sequence.objects.define_or_update(
+            name,
+            options=self.parse_options(options["option"]),
+            using=options["database"],
+            dry_run=dry_run,
+            **fields,
+        )
+        if options["json"]:
+            self.write_json(self.as_json(done, dry_run))
+            return
+        for change in done.changes:
+            self.stdout.write(self.CHANGE.format(name=done.name, **self.shown(change)))
+        if not done.changes:
+            message = self.UP_TO_DATE
+        elif done.created:
+            message = self.WOULD_CREATE if dry_run else self.CREATED
+        else:
+            message = self.WOULD_UPDATE if dry_run else self.UPDATED
+        self.stdout.write(message.format(name=done.name))
+
+    def parse_options(self, given: list[str]) -> dict[str, Any]:
+        """``KEY=JSON`` pairs as a dict (a later key wins)."""
+        out: dict[str, Any] = {}
+        for text in given:
+            key, sep, value = text.partition("=")
+            if not sep or not key:
+                raise CommandError(self.BAD_OPTION.format(text=text, why="no KEY="))
+            try:
+                out[key] = json.loads(value)
+            except ValueError as exc:
+                raise CommandError(self.BAD_OPTION.format(text=text, why=exc)) from exc
+        return out
+
+    def shown(self, change: Drift) -> dict[str, str]:
+        old = self.NEW if change.stored is None else json.dumps(change.stored)
+        return {"field": change.field, "old": old, "new": json.dumps(change.declared)}
+
+    @staticmethod
+    def as_json(done: Defined, dry_run: bool) -> dict[str, Any]:
+        return {
+            "name": done.name,
+            "dry_run": dry_run,
+            "created": done.created,
+            "applied": done.applied,
+            "changes": [
+                {"field": c.field, "old": c.stored, "new": c.declared} for c in done.changes
+            ],
+        }
