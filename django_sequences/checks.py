@@ -8,7 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import Warning as CheckWarning
+from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string
 
 from .conf import (
@@ -26,6 +28,7 @@ from .exceptions import ConfigurationError, InvalidDefinition, InvalidName, Sequ
 from .fields import SequenceField
 from .formats.template import compile
 from .plugins import build_plugins
+from .sources.connections import resolve_alias
 from .strategies import validate
 
 log = logging.getLogger("django_sequences.checks")
@@ -72,16 +75,19 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 @_never_crash
 def check_snowflake_overflow(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``django_sequences.W001``: a declared snowflake sequence whose time field runs out
-    (epoch + 2**time_bits units) less than 10 years from now."""
+    (epoch + 2**time_bits units) less than 10 years (or ``CAPACITY_HORIZON``, if longer) from
+    now. Needs no database: ``W020`` covers what is defined in it."""
     from datetime import UTC, datetime, timedelta
-
-    from django.core.checks import Warning as CheckWarning
 
     raw = getattr(settings, SETTING, {})
     seqs = raw.get("SEQUENCES") if isinstance(raw, dict) else None
     if not isinstance(seqs, dict):
         return []
-    horizon = datetime.now(UTC) + timedelta(days=3653)
+    years = 10
+    longer = raw.get("CAPACITY_HORIZON")  # E003 checks its type and range
+    if isinstance(longer, int | float) and 10 * 365.25 * 86400 < longer < 8000 * 365.25 * 86400:
+        years = round(longer / (365.25 * 86400))
+    horizon = datetime.now(UTC) + timedelta(days=365.25 * years)
     out: list[CheckMessage] = []
     for name, opts in seqs.items():
         if not isinstance(opts, dict) or opts.get("strategy") != "snowflake":
@@ -100,7 +106,7 @@ def check_snowflake_overflow(app_configs: Any = None, **kwargs: Any) -> list[Che
                     f"{SETTING}['SEQUENCES'][{name!r}]: snowflake ids run out on "
                     f"{overflow:%Y-%m-%d} (epoch "
                     f"{layout.epoch_datetime:%Y-%m-%d} + 2**{layout.time_bits} "
-                    f"{layout.time_unit}), less than 10 years from now.",
+                    f"{layout.time_unit}), less than {years} years from now.",
                     hint="Raise options['time_bits'] (taking bits from worker_bits or "
                     "sequence_bits), use time_unit 's', or move options['epoch'] later.",
                     id="django_sequences.W001",
@@ -110,13 +116,89 @@ def check_snowflake_overflow(app_configs: Any = None, **kwargs: Any) -> list[Che
     return out
 
 
+#: ``W020`` reads these tables; before they exist (``migrate`` runs the database checks before
+#: it migrates) there is nothing to check.
+_CAPACITY_APP = "django_sequences"
+
+
+@register(Tags.database)
+@_never_crash
+def check_capacity(
+    app_configs: Any = None, databases: list[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``django_sequences.W020``: a sequence near one of its limits (``ops/capacity.py``: its
+    template field per period, max_value, a snowflake's time bits, the worker-id pool), at
+    ``CAPACITY_WARNING`` used or running out within ``CAPACITY_HORIZON``. It reads the
+    database, so it runs only when asked for one (``manage.py check --database default``,
+    ``migrate``), and only on the alias holding the definitions. Silent before this app's
+    migrations are all applied; ``W021`` when that database cannot be read."""
+    # function-level: ops.capacity imports the models, which load after this module
+    from .ops.capacity import compute
+
+    if not databases:
+        return []
+    try:
+        alias = resolve_alias(None)
+    except ConfigurationError:
+        return []  # the settings checks say what is wrong
+    if alias not in databases:
+        return []
+    try:
+        if not _migrated(alias):
+            return []
+        from .models import Sequence  # function-level: the models load after this module
+
+        specs = [s.spec() for s in Sequence.objects.using(alias).order_by("name")]
+        found = compute(specs, alias)
+    except DatabaseError as exc:
+        return [
+            CheckWarning(
+                f"Capacity of the sequences not checked: database {alias!r} could not be read "
+                f"({type(exc).__name__}: {exc}).",
+                hint="Make the database reachable and run `manage.py check --database "
+                f"{alias}` again.",
+                id="django_sequences.W021",
+                obj=SETTING,
+            )
+        ]
+    static = [m.msg for m in check_snowflake_overflow()]
+    out: list[CheckMessage] = []
+    for name, limits in found.items():
+        for c in limits:
+            if c.warning is None:
+                continue
+            declared = f"{SETTING}['SEQUENCES'][{name!r}]:"
+            if c.kind == "time_bits" and any(m.startswith(declared) for m in static):
+                continue  # W001 says so
+            out.append(
+                CheckWarning(
+                    c.warning,
+                    hint="Capacity: see docs/operations.md (CAPACITY_WARNING and "
+                    "CAPACITY_HORIZON set when this warns).",
+                    id="django_sequences.W020",
+                    obj=f"sequence {name}",
+                )
+            )
+    return out
+
+
+def _migrated(alias: str) -> bool:
+    """Whether every migration of this app is applied on ``alias`` (raises DatabaseError when
+    the database cannot be read)."""
+    # function-level: the migration loader reads every app's migrations; only this check needs it
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(connections[alias], ignore_no_migrations=True)
+    leaves = loader.graph.leaf_nodes(_CAPACITY_APP)
+    return bool(leaves) and all(leaf in loader.applied_migrations for leaf in leaves)
+
+
 @register()
 @_never_crash
 def check_obfuscation_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``django_sequences.W002``: templates that obfuscate (``{seq:...,perm}``,
     ``{seq:short}``) while ``OBFUSCATION_KEY`` is missing; ``W003``: a key under 16 bytes."""
     from django.apps import apps
-    from django.core.checks import Warning as CheckWarning
 
     raw = getattr(settings, SETTING, {})
     raw = raw if isinstance(raw, dict) else {}

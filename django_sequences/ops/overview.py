@@ -9,13 +9,12 @@ built, no worker id is taken. The stable public path of :func:`overview` and
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import connections
 from django.db.models import Count, F, Max, Q
-from django.utils import timezone
 
 from .. import registry
 from ..conf import app_settings
@@ -28,6 +27,7 @@ from ..sources.connections import on_private, resolve_alias, select
 from ..sources.workers import db_now
 from ..strategies import strategy_for
 from ..strategies.wrappers import label
+from .capacity import RATE_MINUTES, Capacity, compute, rate_function
 
 #: Strategies whose values do not come from their counter rows: their rows are never leased,
 #: so they have no current value nor values remaining before ``max_value``.
@@ -35,8 +35,7 @@ ROWLESS_STRATEGIES = frozenset(
     {"snowflake", "timestamp", "autoincrement", "failover", "memory_bits"}
 )
 
-#: The window the rate is averaged over, in minutes.
-RATE_MINUTES = 5
+__all__ = ["RATE_MINUTES", "ROWLESS_STRATEGIES", "SequenceOverview", "overview"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +53,10 @@ class SequenceOverview:
     #: the largest committed value of its rows; None before the first lease, and for
     #: strategies that do not count in rows (:data:`ROWLESS_STRATEGIES`)
     current: int | None
-    #: values left before ``max_value`` on its fullest row; None when it cycles or does not
-    #: count in rows
+    #: values left before its tightest bound of values (``ops.capacity``): this period's, for
+    #: a template that restarts (``{seq:05}`` daily: 99,999 - used today), the fixed-width
+    #: sequence field, or ``max_value``; None when it cycles (and its field holds every value)
+    #: or does not count in rows
     remaining: int | None
     #: values issued per minute over the last :data:`RATE_MINUTES` minutes (from
     #: ``django_sequences.ops.stats``); None when the statistics are not available
@@ -69,12 +70,21 @@ class SequenceOverview:
     partitions: str | None = None
     #: the same, one dict a partition (:func:`partition_health`)
     partition_details: tuple[dict[str, Any], ...] = field(default=())
+    #: every limit of the sequence (``ops.capacity``), tightest first; empty when none is
+    #: known (wrappers, autoincrement, custom strategies)
+    capacity: tuple[Capacity, ...] = field(default=())
+
+    @property
+    def warning(self) -> str | None:
+        """The capacity warning of its tightest limit, if any."""
+        return self.capacity[0].warning if self.capacity else None
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``hosts`` as a list)."""
+        """A JSON-ready dict (``hosts`` as a list, ``capacity`` as a list of dicts)."""
         d = asdict(self)
         d["hosts"] = list(self.hosts)
         d["partition_details"] = list(self.partition_details)
+        d["capacity"] = [c.as_dict() for c in self.capacity]
         return d
 
 
@@ -121,16 +131,16 @@ def overview(
         .values_list("namespace", "owner_host")
     ):
         holders.setdefault(namespace, []).append(host)
-    rate_of = _rate_function(alias)
+    rate_of = rate_function(alias)
+    rates = {name: None if rate_of is None else rate_of(name) for name in order}
+    limits = compute([defs[n].spec() for n in order], alias, rates=rates)
     out = []
     for name in order:
         d = defs[name]
         rows, top = counters.get(d.pk, (0, None))
         current = None if d.strategy in ROWLESS_STRATEGIES else top
-        remaining: int | None = None
-        if d.strategy not in ROWLESS_STRATEGIES and not d.cycle:
-            last = d.min_value - 1 if current is None else current
-            remaining = max(d.max_value - last, 0)
+        found = limits.get(name, [])
+        remaining = _remaining(found)
         hosts = holders.get(name, [])
         health = partition_health(d.spec(), alias) if d.strategy in WRAPPERS else []
         out.append(
@@ -144,14 +154,25 @@ def overview(
                 rows=rows,
                 current=current,
                 remaining=remaining,
-                rate=None if rate_of is None else rate_of(name),
+                rate=rates[name],
                 leases=len(hosts),
                 hosts=tuple(sorted(set(hosts))),
                 partitions=_health_line(health) if health else None,
                 partition_details=tuple(health),
+                capacity=tuple(found),
             )
         )
     return out
+
+
+def _remaining(limits: list[Capacity]) -> int | None:
+    """Values left before the tightest bound of values that does not cycle."""
+    lefts = [
+        c.left
+        for c in limits
+        if c.kind in ("template", "max_value") and not c.cycles and c.left is not None
+    ]
+    return min(lefts) if lefts else None
 
 
 #: Strategies whose values come from inner definitions on stores of their own.
@@ -232,25 +253,6 @@ def _health_line(health: list[dict[str, Any]]) -> str:
         shown = "" if d.get("current") is None else f" {d['current']}"
         parts.append(f"#{d['index']} {d.get('store', '?')} {state}{shown}")
     return "; ".join(parts)
-
-
-def _rate_function(alias: str) -> Callable[[str], float] | None:
-    """``name -> values per minute`` over the last :data:`RATE_MINUTES` minutes, or None when
-    ``django_sequences.ops.stats`` is not there."""
-    try:
-        # looked up at each call: ops.stats is optional (a stripped install may lack it)
-        from .stats import rate_series
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__package__}.stats":
-            raise  # stats is there but something it imports is not: say so
-        return None
-    now = timezone.now()
-
-    def rate(name: str) -> float:
-        series = rate_series(name, RATE_MINUTES, now, using=alias)
-        return sum(count for _minute, count in series) / RATE_MINUTES
-
-    return rate
 
 
 def missing_hint(name: str, using: str | None = None) -> str:
