@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
@@ -12,13 +14,21 @@ class DjangoSequencesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.core import checks as django_checks
         from django.core.signals import setting_changed
 
         # here, not at module level: the models and the registry need the app registry ready
         from . import checks, plugins, registry
+        from .ops import metrics  # (the registry and the models)
         from .ops.stats import flush_rate_stats  # (models, through ops.stats)
 
         checks.install()  # the settings checks that need plugins and strategies
         add_listener(registry.reset)
         plugins.set_flush_hook(flush_rate_stats)  # RateStats' flusher writes IssueStat rows
         setting_changed.connect(on_setting_changed, dispatch_uid="django_sequences.settings")
+        django_checks.register(metrics.check, "django_sequences")
+        if metrics.enabled():  # (the raw setting: a broken dict is the checks' to report)
+            if metrics.available():
+                metrics.install()  # the collector in prometheus-client's default registry
+            else:  # the check (E020) says so too; a server that runs no checks logs it
+                logging.getLogger("django_sequences.metrics").error(metrics.missing_message())

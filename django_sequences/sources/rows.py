@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -69,7 +70,9 @@ def lease(
     alias = resolve_alias(using)
     name = sequence or key
     return contended(
-        key, lambda: on_private(alias, key, lambda w: _lease_once(model, w, key, count, name))
+        key,
+        lambda: on_private(alias, key, lambda w: _lease_once(model, w, key, count, name)),
+        name,
     )
 
 
@@ -93,10 +96,13 @@ def increment(
             lambda: on_private(
                 alias, key, lambda w: _increment_on(model, w, key, count, name, True)
             ),
+            name,
         )
     try:
         # in the caller's transaction: a retry's back-off holds it (gapless waits anyway)
-        return contended(key, lambda: _increment_on(model, connections[alias], key, count, name))
+        return contended(
+            key, lambda: _increment_on(model, connections[alias], key, count, name), name
+        )
     except DatabaseError as exc:
         raise BackendUnavailable(
             f"Could not take a value of {key!r} from database {alias!r}: {exc}."
@@ -386,9 +392,32 @@ def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) 
     return None if row is None else int(row[0])
 
 
-def contended(key: str, attempt: Callable[[], tuple[int, int] | None]) -> tuple[int, int]:
+#: Told of every lease of a counter row (the one place they all pass): ``(sequence, seconds,
+#: error)``, error None when it succeeded. Set by ``ops/metrics.py`` (``METRICS``); None: off.
+LeaseObserver = Callable[[str, float, BaseException | None], None]
+lease_observer: LeaseObserver | None = None
+
+
+def contended(
+    key: str, attempt: Callable[[], tuple[int, int] | None], name: str | None = None
+) -> tuple[int, int]:
     """Run one lease ``attempt`` until it wins its optimistic-lock race (``core/retry.py``:
-    the back-off sleeps with no connection lock held), else raise :class:`LeaseContention`."""
+    the back-off sleeps with no connection lock held), else raise :class:`LeaseContention`.
+    :data:`lease_observer`, when set, is told how it went (``name``: the sequence's)."""
+    observer = lease_observer
+    if observer is None:
+        return _contended(key, attempt)
+    started = time.perf_counter()
+    try:
+        found = _contended(key, attempt)
+    except BaseException as exc:
+        observer(name or key, time.perf_counter() - started, exc)
+        raise
+    observer(name or key, time.perf_counter() - started, None)
+    return found
+
+
+def _contended(key: str, attempt: Callable[[], tuple[int, int] | None]) -> tuple[int, int]:
     retries: int = app_settings.LEASE_RETRIES
     found = retry.until_won(attempt, retries, app_settings.LEASE_BACKOFF)
     if found is None:

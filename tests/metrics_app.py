@@ -1,0 +1,45 @@
+"""The test project with metrics on, for a real gunicorn that tests/test_metrics.py starts
+(``gunicorn tests.metrics_app:application`` with ``PROMETHEUS_MULTIPROC_DIR`` set): the JSON
+API under ``/ids/``, prometheus-client's Django view at ``/metrics``, and every response
+says which worker answered (``X-Worker-Pid``). Its environment carries ``DB``,
+``DJANGO_SEQUENCES_TEST_SUFFIX`` and ``DJANGO_SEQUENCES_TEST_DB`` as for tests/wsgi_app.py."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import include, path
+from prometheus_client.django import PrometheusDjangoView
+
+import testproject.settings as project
+
+# the settings before Django reads them: metrics on, this module as URLconf and middleware
+project.DJANGO_SEQUENCES = {**project.DJANGO_SEQUENCES, "METRICS": True}
+project.ROOT_URLCONF = "tests.metrics_app"
+project.MIDDLEWARE = [*project.MIDDLEWARE, "tests.metrics_app.worker_pid"]
+
+from tests.workers import setup_django  # noqa: E402  (after the settings are changed)
+
+setup_django({}, os.environ["DJANGO_SEQUENCES_TEST_DB"])
+
+from django.core.wsgi import get_wsgi_application  # noqa: E402  (after the settings are made)
+
+
+def worker_pid(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[..., HttpResponse]:
+    def middleware(request: HttpRequest) -> HttpResponse:
+        response = get_response(request)
+        response["X-Worker-Pid"] = str(os.getpid())
+        return response
+
+    return middleware
+
+
+urlpatterns = [
+    # prometheus-client's own view: in multiprocess mode it sums every worker's files
+    path("metrics", PrometheusDjangoView.as_view()),
+    path("ids/", include("django_sequences.urls")),
+]
+
+application = get_wsgi_application()
