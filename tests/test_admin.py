@@ -569,6 +569,18 @@ def set_value_url(row: Segment) -> str:
     return reverse("admin:django_sequences_segment_set_value", args=[row.pk])
 
 
+def test_counter_rows_list_wraps_keys_and_64_bit_values(admin_client: Client) -> None:
+    defined("adm.rows.daily")
+    row = Segment.objects.get(key="adm.rows.daily")
+
+    html = admin_client.get(reverse("admin:django_sequences_segment_changelist")).content.decode()
+
+    change = reverse("admin:django_sequences_segment_change", args=[row.pk])
+    assert f'<a href="{change}">adm.<wbr>rows.<wbr>daily</a>' in html
+    assert ">9,<wbr>223,<wbr>372,<wbr>036,<wbr>854,<wbr>775,<wbr>807<" in html  # max value
+    assert "django_sequences/admin.css" in html
+
+
 def test_segment_value_is_read_only_in_its_change_form(admin_client: Client) -> None:
     defined("adm.ro")
     row = Segment.objects.get(key="adm.ro")

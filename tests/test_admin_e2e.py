@@ -281,6 +281,12 @@ def test_nothing_is_clipped_at_1280_and_1400_px(
     Segment.objects.lease("invoice.2026")
     Sequence.objects.define("legacy.ids", min_value=int(BIGINT_MAX) - 10**15, step=10)
     Segment.objects.lease("legacy.ids")
+    failover = Sequence.objects.define(
+        "payments.failover.eu-central-1",
+        strategy="failover",
+        options={"partitions": [{}, {"strategy": "strict"}]},
+    )
+    django_sequences.next_values("payments.failover.eu-central-1", 5)
     base = f"{live_server.url}/admin/django_sequences/sequence/"
     log_in(browser, live_server, "/admin/django_sequences/sequence/")
 
@@ -293,7 +299,7 @@ def test_nothing_is_clipped_at_1280_and_1400_px(
             ".map(e => e.textContent.trim())"
         )
         assert headers[1:] == ["Sequence", "Template", "Current value", "Remaining", "Rate, status"]
-        assert len(browser.find_elements(By.LINK_TEXT, "Status")) == 5
+        assert len(browser.find_elements(By.LINK_TEXT, "Status")) == 7  # with the inner p0
         remaining = browser.execute_script(
             "return Object.fromEntries([...document.querySelectorAll('#result_list tbody tr')]"
             ".map(r => [r.querySelector('.dsq-name').textContent,"
@@ -327,5 +333,12 @@ def test_nothing_is_clipped_at_1280_and_1400_px(
         hint = browser.find_element(By.ID, "dsq-stats-hint").text
         assert "No statistics are recorded for this sequence" in hint
         assert "manage.py sequences_snapshot" in hint and "RateStats" in hint
+
+        # a failover sequence's partitions table, and the counter rows' list
+        shot = screenshots / f"status-failover-{width}.png"
+        assert look(browser, f"{base}{failover.pk}/status/", width, shot) == []
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#dsq-partitions tr.dsq-partition")) == 2
+        rows = f"{live_server.url}/admin/django_sequences/segment/"
+        assert look(browser, rows, width, screenshots / f"counter-rows-{width}.png") == []
 
     print(f"screenshots: {screenshots}")

@@ -2,9 +2,11 @@
 their counter rows, worker leases, issued numbers and API tokens. Docs: docs/admin.md.
 
 Importing this package registers every ModelAdmin (Django's autodiscover imports
-``django_sequences.admin``): :mod:`.sites` holds them, :mod:`.forms` their forms,
+``django_sequences.admin``): :mod:`.sites` holds them but the counter rows' (:mod:`.rows`),
+:mod:`.columns` the sequence list's cells, :mod:`.forms` their forms,
 :mod:`.preview` the change form's preview, :mod:`.charts` the figures and the status chart,
 :mod:`.leases` how worker leases read, :mod:`.rules` the "set value" rule of counter rows.
 """
 
-from . import sites as sites  # registers the ModelAdmins
+from . import rows as rows  # registers the counter rows' ModelAdmin
+from . import sites as sites  # registers the other ModelAdmins

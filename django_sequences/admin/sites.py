@@ -9,7 +9,7 @@ Extra views hang off each ``ModelAdmin.get_urls()`` (as django-simple-history do
 * ``sequence/<id>/status/`` - the figures, the counter rows, the worker leases and an SVG chart
   of values issued per minute (:mod:`.charts`, :mod:`.leases`).
 * ``segment/<id>/set-value/`` - superusers only: raise a row's ``value`` (a gap) after a
-  confirmation page (:mod:`.rules`).
+  confirmation page (the counter rows' ModelAdmin is in :mod:`.rows`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import router
 from django.db.models import Count, DateTimeField, Exists, Max, OuterRef, QuerySet, Value
 from django.db.models.functions import Cast
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -61,7 +61,7 @@ from .columns import (
     row_cells,
     template_cell,
 )
-from .forms import ApiTokenForm, SequenceForm, SetValueForm, for_people
+from .forms import ApiTokenForm, SequenceForm, for_people
 from .leases import database_now, duration_text, lease_expired, lease_holder, lease_info
 from .preview import (
     DEFINING_FIELDS,
@@ -73,7 +73,6 @@ from .preview import (
     preview_html,
     spec_from_query,
 )
-from .rules import check_new_value, raise_value
 
 # --- sequences --------------------------------------------------------------------------------
 
@@ -319,90 +318,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-@admin.register(Segment)
-class SegmentAdmin(admin.ModelAdmin):
-    list_display = ("key", "sequence", "value", "max_value", "step", "version", "updated_at")
-    search_fields = ("key", "sequence__name")
-    list_select_related = ("sequence",)
-    # ``value`` moves by leasing, or up (never down) by a superuser's confirmed "set value"
-    # ``writer`` and the pace are the failover guard's (docs/scaling.md): leases write them
-    readonly_fields = (
-        "sequence",
-        "key",
-        "value",
-        "version",
-        "writer",
-        "pace",
-        "created_at",
-        "updated_at",
-    )
-    exclude = ("pace_second", "pace_count")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # rows are made by define() and on first lease
-
-    def get_urls(self) -> list[URLPattern]:
-        return [
-            path(
-                "<path:object_id>/set-value/",
-                self.admin_site.admin_view(self.set_value_view),
-                name=f"{self.opts.app_label}_{self.opts.model_name}_set_value",
-            ),
-            *super().get_urls(),
-        ]
-
-    def set_value_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """Raise a row's value: a form, a confirmation page, then the optimistic-lock write."""
-        if not request.user.is_superuser:
-            raise PermissionDenied
-        row = self.get_object(request, unquote(object_id))
-        if row is None:
-            raise Http404
-        change_url = reverse(
-            f"{self.admin_site.name}:django_sequences_segment_change", args=[row.pk]
-        )
-        step = "form"
-        error: str | None = None
-        form = SetValueForm(initial={"value": row.value, "version": row.version})
-        if request.method == "POST":
-            form = SetValueForm(request.POST)
-            if form.is_valid():
-                new, version = form.cleaned_data["value"], form.cleaned_data["version"]
-                error = check_new_value(row, new, version)
-                if error is None and request.POST.get("confirm") == "yes":
-                    old = row.value
-                    error = raise_value(row, new, version)
-                    if error is None:
-                        self.log_change(
-                            request, row, f"Set value from {old} to {new} (a gap of {new - old})."
-                        )
-                        self.message_user(
-                            request,
-                            _("%(key)s raised from %(old)s to %(new)s.")
-                            % {"key": row.key, "old": old, "new": new},
-                            messages.SUCCESS,
-                        )
-                        return HttpResponseRedirect(change_url)
-                if error is None:
-                    step = "confirm"
-                else:
-                    form = SetValueForm(initial={"value": new, "version": row.version})
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "original": row,
-            "title": _("Set the value of %(key)s") % {"key": row.key},
-            "row": row,
-            "form": form,
-            "step": step,
-            "error": error,
-            "change_url": change_url,
-            "new_value": form.cleaned_data["value"] if step == "confirm" else None,
-            "gap": (form.cleaned_data["value"] - row.value) if step == "confirm" else None,
-        }
-        return TemplateResponse(request, "admin/django_sequences/segment/set_value.html", context)
 
 
 @admin.register(SeriesMark)
