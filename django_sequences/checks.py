@@ -18,6 +18,7 @@ from .conf import (
     SETTING,
     Problem,
     add_validator,
+    docs_url,
     problems,
     sequence_defaults,
 )
@@ -173,8 +174,8 @@ def check_capacity(
             out.append(
                 CheckWarning(
                     c.warning,
-                    hint="Capacity: see docs/operations.md (CAPACITY_WARNING and "
-                    "CAPACITY_HORIZON set when this warns).",
+                    hint="CAPACITY_WARNING and CAPACITY_HORIZON set when this warns; see "
+                    f"{docs_url('operations', 'capacity')}",
                     id="django_sequences.W020",
                     obj=f"sequence {name}",
                 )

@@ -176,7 +176,10 @@ def test_cycling_says_so_and_never_warns() -> None:
 def test_no_rate_without_statistics() -> None:
     Sequence.objects.define("cap.quiet", max_value=1000)
     (c,) = capacity("cap.quiet")
-    assert (c.rate, c.runway_seconds, c.used, c.left) == (0.0, None, 0, 1000)
+    assert (c.rate, c.runway_seconds, c.used, c.left) == (None, None, 0, 1000)
+    per_minute("cap.quiet", 0, minutes=1)  # statistics recorded, nothing issued: a rate of 0
+    (c,) = capacity("cap.quiet")
+    assert (c.rate, c.runway_seconds) == (0.0, None)
 
 
 # --- the clock: snowflake time bits ----------------------------------------------------------
@@ -267,6 +270,9 @@ def test_status_shows_capacity() -> None:
 def test_capacities_one_tightest_entry_per_sequence() -> None:
     Sequence.objects.define("cap.daily", strategy="strict", template=DAILY3)
     Sequence.objects.define("cap.tables", strategy="autoincrement")  # not covered: no limit
+    Sequence.objects.define("cap.broken", strategy="snowflake")
+    # stored broken behind validation's back: its epoch in the future
+    Sequence.objects.filter(name="cap.broken").update(options={"epoch": "2999-01-01"})
     found = capacities()
     assert [(c.name, c.kind) for c in found] == [("cap.daily", "template")]
     assert all(isinstance(c, Capacity) for c in found)

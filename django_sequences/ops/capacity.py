@@ -47,7 +47,7 @@ from ..core.timestamp import TimestampLayout
 from ..core.validation import BIGINT_MAX
 from ..exceptions import SequenceError, SequenceNotFound
 from ..formats.keys import period_key, shard_keys
-from ..models import Segment, Sequence, WorkerLease
+from ..models import IssueStat, Segment, Sequence, WorkerLease
 from ..sources.connections import resolve_alias
 from ..sources.workers import db_now
 from ..strategies.timebased import SnowflakeStrategy, TimestampStrategy
@@ -177,7 +177,8 @@ def compute(
 ) -> dict[str, list[Capacity]]:
     """Every limit of each of ``specs`` (definitions on database ``alias``), tightest first,
     by name. Reads the counter rows of the current periods, the live worker leases and (unless
-    ``rates`` gives them, in values per minute) the measured rates, a few queries in all.
+    ``rates`` gives them, in values per minute) the measured rates: a few queries, plus one
+    per sequence with statistics recorded in the last :data:`RATE_MINUTES` minutes.
     Definitions that do not build (a broken template, an epoch in the future) get none."""
     now = now or timezone.now()
     specs = list(specs)
@@ -186,11 +187,10 @@ def compute(
     pools: dict[str, tuple[int, str, str]] = {}  # name -> (ids, note, advice)
     for spec in specs:
         try:
-            counters[spec.name] = _counters(spec, now)
-            clocks[spec.name] = static_capacity(spec, now=now)
-            pool = _pool(spec)
+            counted, clock, pool = _counters(spec, now), static_capacity(spec, now=now), _pool(spec)
         except SequenceError:
             continue  # the definition is broken: the checks and the admin's form say so
+        counters[spec.name], clocks[spec.name] = counted, clock
         if pool is not None:
             pools[spec.name] = pool
     keys = [k for cs in counters.values() for c in cs for k in c.keys]
@@ -199,7 +199,9 @@ def compute(
     if rates is None:
         rate_of = rate_function(alias, now)
         wanted = [n for n, cs in counters.items() if cs]
-        rates = {n: None if rate_of is None else rate_of(n) for n in wanted}
+        # a rate only where statistics were recorded lately (one query), None elsewhere
+        recorded = _recorded(wanted, alias, now) if rate_of is not None else set()
+        rates = {n: rate_of(n) if rate_of and n in recorded else None for n in wanted}
     limit, horizon = app_settings.CAPACITY_WARNING, app_settings.CAPACITY_HORIZON
     out: dict[str, list[Capacity]] = {}
     strategy = {s.name: s.strategy for s in specs}
@@ -251,7 +253,7 @@ def _counters(spec: SequenceSpec, now: datetime) -> list[_Counter]:
     shards = shards if isinstance(shards, int) and shards >= 1 else 1
     base, period, period_end = spec.name, None, None
     field: tuple[int, str, str] | None = None  # (largest counter, spelled, suggestion)
-    if spec.template and spec.strategy in ("segment", "strict"):
+    if spec.template:
         template = compile_template(spec)
         period = reset_period(spec, template)
         if period is not None:
@@ -487,6 +489,20 @@ def _held_leases(names: list[str], alias: str) -> dict[str, int]:
             .annotate(n=Count("pk"))
             .values_list("namespace", "n")
             .order_by()
+        )
+    return out
+
+
+def _recorded(names: list[str], alias: str, now: datetime) -> set[str]:
+    """Those of ``names`` with statistics rows in the last :data:`RATE_MINUTES` minutes."""
+    since = now - timedelta(minutes=RATE_MINUTES)
+    out: set[str] = set()
+    for i in range(0, len(names), 500):
+        out.update(
+            IssueStat.objects.using(alias)
+            .filter(sequence__in=names[i : i + 500], minute__gte=since)
+            .values_list("sequence", flat=True)
+            .distinct()
         )
     return out
 
