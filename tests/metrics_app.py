@@ -1,6 +1,6 @@
 """The test project with metrics on, for a real gunicorn that tests/test_metrics.py starts
 (``gunicorn tests.metrics_app:application`` with ``PROMETHEUS_MULTIPROC_DIR`` set): the JSON
-API under ``/ids/``, prometheus-client's Django view at ``/metrics``, and every response
+API under ``/ids/``, a multiprocess metrics view at ``/metrics``, and every response
 says which worker answered (``X-Worker-Pid``). Its environment carries ``DB``,
 ``DJANGO_SEQUENCES_TEST_SUFFIX`` and ``DJANGO_SEQUENCES_TEST_DB`` as for tests/wsgi_app.py."""
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
-from prometheus_client.django import PrometheusDjangoView
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
 import testproject.settings as project
 
@@ -36,9 +36,16 @@ def worker_pid(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[
     return middleware
 
 
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The view docs/metrics.md shows: in multiprocess mode, every worker's files summed
+    (prometheus-client's own Django view does the same, in its recent releases only)."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
 urlpatterns = [
-    # prometheus-client's own view: in multiprocess mode it sums every worker's files
-    path("metrics", PrometheusDjangoView.as_view()),
+    path("metrics", metrics),
     path("ids/", include("django_sequences.urls")),
 ]
 

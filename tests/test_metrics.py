@@ -139,6 +139,32 @@ def test_values_of_a_dropped_generator_are_counted_once(installed: None) -> None
     assert value(scrape(), "django_sequences_values_issued_total", sequence="met.r") == 11
 
 
+def test_a_handle_taken_before_a_reset_is_still_counted(installed: None) -> None:
+    """A handle keeps its generator after the registry dropped it: its values count as
+    long as it issues."""
+    import gc
+
+    from django_sequences import get_sequence, registry
+
+    Sequence.objects.define("met.k", step=10)
+    handle = get_sequence("met.k")
+    handle.next()
+    metrics.publish()
+    registry.reset()
+    for _ in range(6):
+        handle.next()
+    metrics.publish()
+    for _ in range(3):
+        handle.next()
+    next_value("met.k")  # the registry's new generator
+    issued = "django_sequences_values_issued_total"
+    assert value(scrape(), issued, sequence="met.k") == 11
+    del handle
+    gc.collect()
+    assert value(scrape(), issued, sequence="met.k") == 11
+    assert all(ref() is not None for ref, _ in metrics._dropped)
+
+
 def test_request_finished_publishes(installed: None) -> None:
     """Django's request_finished publishes this process's counts (what makes a multiprocess
     scrape exact): the counter moves without a scrape."""

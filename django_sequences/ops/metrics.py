@@ -27,12 +27,14 @@ finishes (multiprocess mode, where the scrape reads files and runs no code of ou
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import math
 import operator
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -169,6 +171,8 @@ class _Entry:
 
 _metrics: _Metrics | None = None
 _entries: dict[int, _Entry] = {}
+#: Generators dropped from the registry, counted while something still holds them.
+_dropped: list[tuple[weakref.ref[Any], _Entry]] = []
 _lock = threading.Lock()
 _refreshed = -math.inf  # when the capacity gauges were last read (monotonic)
 _capacity_names: set[str] = set()
@@ -254,9 +258,26 @@ def publish() -> None:
                 e = _entries[key] = _Entry(gen, name)
             _add(e, deltas)
         for key in [k for k in _entries if k not in live]:
-            _add(_entries.pop(key), deltas)  # dropped (a reset, a new period): its last values
+            e = _entries.pop(key)  # dropped (a reset, a new period): its values up to now
+            _add(e, deltas)
+            with contextlib.suppress(TypeError):  # (a generator without weak references)
+                _dropped.append((weakref.ref(e.gen), e))
+        if _dropped:
+            _dropped[:] = [(ref, e) for ref, e in _dropped if _add_dropped(ref, e, deltas)]
         for name, n in deltas.items():
             m.issued.labels(name).inc(n)
+
+
+def _add_dropped(ref: weakref.ref[Any], e: _Entry, deltas: dict[str, int]) -> bool:
+    """A generator the registry dropped may still issue through a handle taken before
+    (``get_sequence``): counted while it lives. False once it is gone."""
+    gen = ref()
+    if gen is None:
+        return False
+    e.gen = gen
+    _add(e, deltas)
+    e.gen = None  # (the weak reference only: it may go)
+    return True
 
 
 def _rebaseline_in_child() -> None:
@@ -268,10 +289,14 @@ def _rebaseline_in_child() -> None:
     _refreshed = -math.inf
     _entries.clear()
     if _metrics is None:
+        _dropped.clear()
         return
     for key, (gen, name) in _live().items():
         e = _entries[key] = _Entry(gen, name)
         _add(e, {})
+    for ref, e in _dropped:
+        e.mark = None
+        _add_dropped(ref, e, {})
 
 
 # --- leases ------------------------------------------------------------------------------------
@@ -410,6 +435,7 @@ def uninstall() -> None:
         _metrics = None
         _collector = None
         _entries.clear()
+        _dropped.clear()
         _capacity_names.clear()
         _refreshed = -math.inf
 
