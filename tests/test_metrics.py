@@ -181,6 +181,24 @@ def test_request_finished_publishes(installed: None) -> None:
     assert m.issued.labels("met.h")._value.get() == 12
 
 
+def test_a_celery_task_publishes_when_it_finishes(installed: None) -> None:
+    """A Celery worker serves no requests: task_postrun publishes its counts (the task runs
+    through Celery's own tracer here, in this process, as a worker runs it)."""
+    from celery import Celery  # type: ignore[import-untyped]
+
+    app = Celery("met", set_as_current=False)
+
+    @app.task
+    def issue(n: int) -> int:
+        return len(next_values("met.c", n))
+
+    Sequence.objects.define("met.c", step=100)
+    m = metrics._metrics
+    assert m is not None
+    assert issue.apply(args=(9,)).get() == 9
+    assert m.issued.labels("met.c")._value.get() == 9
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="fork")
 def test_a_forked_child_counts_only_its_own_values(installed: None, vendor: str) -> None:
     """After fork the child's counts start from what its generators say (a segment
