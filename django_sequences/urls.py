@@ -6,7 +6,8 @@
 invalid name (``order%0A``) reaches the view and is answered 404 there. Each endpoint also takes
 a trailing slash. Any other URL under the prefix, whatever its characters, gets a JSON 404
 rather than the site's HTML one (and no CSRF page: the catch-all is exempt, as the endpoints
-are). The views are ``django_sequences/http/views.py``.
+are). The views are ``django_sequences/http/views.py``; ``openapi.json`` is their OpenAPI 3.1
+description (``http/openapi.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ register_converter(NameConverter, "sequence_name")
 app_name = "django_sequences"
 
 urlpatterns = [
+    path("openapi.json", views.openapi, name="openapi"),
+    path("openapi.json/", views.openapi),
     path("<sequence_name:name>/values", views.values, name="values"),
     path("<sequence_name:name>/numbers", views.numbers, name="numbers"),
     path("<sequence_name:name>/explain/<str:value>", views.explain, name="explain"),

@@ -419,6 +419,16 @@ ApiView = Callable[Concatenate[HttpRequest, str, P], Payload]
 DjangoView = Callable[Concatenate[HttpRequest, str, P], HttpResponse]
 
 
+def method_not_allowed(request: HttpRequest, allow: str) -> HttpResponse:
+    """The 405 of every path of the API; ``allow`` lists its methods (``"GET"``)."""
+    return error_response(
+        405,
+        "method_not_allowed",
+        f"{short(request.method, 20)} is not allowed here; use {allow}.",
+        {"Allow": allow},
+    )
+
+
 def endpoint(*methods: str) -> Callable[[ApiView[P]], DjangoView[P]]:
     """Make ``view(request, name, …) -> payload`` an API view: only ``methods`` (else 405),
     a bearer token allowed sequence ``name`` (else 401/403), the payload as JSON, and every
@@ -432,12 +442,7 @@ def endpoint(*methods: str) -> Callable[[ApiView[P]], DjangoView[P]]:
         @functools.wraps(view)
         def run(request: HttpRequest, name: str, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
             if request.method not in methods:
-                return error_response(
-                    405,
-                    "method_not_allowed",
-                    f"{short(request.method, 20)} is not allowed here; use {allow}.",
-                    {"Allow": allow},
-                )
+                return method_not_allowed(request, allow)
             try:
                 tokens.authenticate(request, name)
                 payload = view(request, name, *args, **kwargs)

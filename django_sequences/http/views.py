@@ -7,6 +7,7 @@ POST     ``<name>/values``           ``{"count": 5, "key": "..."}`` -> values
 POST     ``<name>/numbers``          ``{"count": 3, "context": {...}}`` -> numbers
 GET      ``<name>/explain/<value>``  the parts of a structured value (snowflake, timestamp)
 GET      ``<name>/status``           this process's view of the sequence
+GET      ``openapi.json``            the OpenAPI 3.1 description (``openapi.py``), no token
 =======  ==========================  =================================================
 
 Each endpoint also takes a trailing slash; any other URL under the prefix is a JSON 404.
@@ -38,8 +39,18 @@ from .. import explain as explain_value
 from .. import get_sequence, next_numbers, next_values, registry
 from ..exceptions import InvalidKey
 from ..formats.context import ContextKeyConflict, put_dotted
+from . import openapi as openapi_document
 from .bodies import count_of, has_query, json_body
-from .plumbing import Payload, bad_request, endpoint, error_response, message_for, short
+from .plumbing import (
+    Payload,
+    bad_request,
+    endpoint,
+    error_response,
+    json_response,
+    message_for,
+    method_not_allowed,
+    short,
+)
 
 #: Longest sub-key (as ``next_value(name, key=...)`` takes).
 MAX_KEY_LENGTH = 255
@@ -145,6 +156,17 @@ def status(request: HttpRequest, name: str) -> Payload:
     return {"sequence": name, "host": socket.gethostname(), "pid": os.getpid(), **fields}
 
 
+@csrf_exempt  # a POST gets the JSON 405, not Django's CSRF page
+def openapi(request: HttpRequest) -> HttpResponse:
+    """The OpenAPI document, its server URL the prefix this request came in under. Served
+    without a token: it describes the API, not its sequences or tokens (docs/http.md)."""
+    if request.method != "GET":
+        return method_not_allowed(request, "GET")
+    path = request.path  # SCRIPT_NAME included: the prefix a client must use
+    prefix = path[: path.rstrip("/").rfind("/") + 1]
+    return json_response(openapi_document.document(prefix))
+
+
 @csrf_exempt  # whatever the method and cookies: a JSON 404, never Django's CSRF page
 def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
     """Any other URL under the API's prefix."""
@@ -152,7 +174,8 @@ def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
         404,
         "not_found",
         f"No endpoint at {short(request.path, 120)}. The endpoints are POST <name>/values, "
-        f"POST <name>/numbers, GET <name>/explain/<value> and GET <name>/status.",
+        f"POST <name>/numbers, GET <name>/explain/<value>, GET <name>/status and GET "
+        f"openapi.json (their description).",
     )
 
 

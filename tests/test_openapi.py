@@ -1,0 +1,196 @@
+"""The OpenAPI 3.1 document of the JSON HTTP API (django_sequences/http/openapi.py,
+docs/http.md "OpenAPI document"): it is valid, it follows the prefix the API is mounted at, and
+schemathesis, generating requests from the served document and sending them to the live views
+in-process (WSGI, the real test database), finds no server error and no answer the document
+does not describe."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema_rs
+import pytest
+import schemathesis
+from django.core.handlers.wsgi import WSGIHandler
+from django.test import Client, override_settings
+from django.urls import include, path
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from django_sequences import http
+from django_sequences.models import ApiToken, Sequence
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
+#: The sequences the generated requests name (besides the names schemathesis makes up): one of
+#: each kind, so that every answer the views give comes back: a segment counter, a templated
+#: number with a context entry, snowflake and timestamp values to explain, a sharded strict
+#: sequence that takes a key, and one that is soon exhausted (409).
+NAMES = ["order", "shop/waybill", "events", "stamp", "msg", "tiny"]
+
+
+def define_sequences() -> None:
+    Sequence.objects.define("order", step=100)
+    Sequence.objects.define("shop/waybill", template="{ctx.area:3}-{seq:05}", step=100)
+    Sequence.objects.define("events", strategy="snowflake")
+    Sequence.objects.define("stamp", strategy="timestamp", options={"counter": "local"})
+    Sequence.objects.define("msg", strategy="strict", options={"shards": 4})
+    Sequence.objects.define("tiny", max_value=20, step=5)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tokens() -> Iterator[None]:
+    http.tokens.forget()
+    yield
+    http.tokens.forget()
+
+
+def served(url: str = "/ids/openapi.json", **extra: Any) -> dict[str, Any]:
+    r = Client().get(url, **extra)
+    assert r.status_code == 200, r.content
+    assert r["Content-Type"] == "application/json"
+    document: dict[str, Any] = json.loads(r.content)
+    return document
+
+
+# --- the document ------------------------------------------------------------------------------
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    document = served()
+    assert document["openapi"].startswith("3.1.")
+    schemathesis.openapi.from_dict(document).validate()  # the OpenAPI 3.1 meta-schema
+    # ... which does not look inside the JSON Schemas: each is valid JSON Schema 2020-12
+    for name, schema in document["components"]["schemas"].items():
+        assert jsonschema_rs.meta.is_valid(schema), name
+
+
+def test_it_describes_every_endpoint_and_status() -> None:
+    document = served()
+    assert set(document["paths"]) == {
+        "/{name}/values",
+        "/{name}/numbers",
+        "/{name}/explain/{value}",
+        "/{name}/status",
+        "/openapi.json",
+    }
+    issuing = {"200", "400", "401", "403", "404", "405", "409", "411", "429", "500", "503"}
+    for p in ("/{name}/values", "/{name}/numbers"):
+        assert set(document["paths"][p]["post"]["responses"]) == issuing
+    assert document["components"]["securitySchemes"]["bearer"] == {
+        **document["components"]["securitySchemes"]["bearer"],
+        "type": "http",
+        "scheme": "bearer",
+    }
+    assert document["paths"]["/openapi.json"]["get"]["security"] == []
+
+
+def test_the_document_needs_no_token_and_is_the_same_with_a_trailing_slash() -> None:
+    assert served("/ids/openapi.json") == served("/ids/openapi.json/")
+
+
+urlpatterns = [
+    path("deep/api/v2/", include("django_sequences.urls")),
+    path("", include("django_sequences.urls")),
+]
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_the_server_url_is_the_prefix_the_api_is_mounted_at() -> None:
+    assert served("/deep/api/v2/openapi.json")["servers"][0]["url"] == "/deep/api/v2"
+    assert served("/openapi.json/")["servers"][0]["url"] == "/"
+    # under a WSGI SCRIPT_NAME (the site itself mounted at /site), the prefix includes it
+    got = served("/deep/api/v2/openapi.json", SCRIPT_NAME="/site")
+    assert got["servers"][0]["url"] == "/site/deep/api/v2"
+
+
+@override_settings(DJANGO_SEQUENCES={"HTTP_MAX_COUNT": 50})
+def test_the_count_limit_is_the_servers() -> None:
+    assert served()["components"]["schemas"]["Count"]["maximum"] == 50
+
+
+@pytest.mark.parametrize("method", ["post", "put", "delete", "patch", "options"])
+def test_other_methods_on_the_document_get_the_json_405(method: str) -> None:
+    r = getattr(Client(), method)("/ids/openapi.json")
+    elsewhere = getattr(Client(), method)("/ids/order/status")
+    assert r.status_code == elsewhere.status_code == 405
+    assert r["Allow"] == elsewhere["Allow"] == "GET"
+    assert json.loads(r.content) == json.loads(elsewhere.content)
+    assert json.loads(r.content)["error"]["code"] == "method_not_allowed"
+
+
+# --- schemathesis against the live views -------------------------------------------------------
+
+
+#: The statuses of the current test's requests (``after_call`` below).
+STATUSES: list[int] = []
+
+
+@pytest.fixture
+def token() -> Iterator[str]:
+    """A token for every sequence, with the sequences defined; afterwards, the operation must
+    have answered 200 at least once (else the requests never got past the refusals)."""
+    define_sequences()
+    STATUSES.clear()
+    yield ApiToken.create_token("openapi", ["*"])[1]
+    assert 200 in STATUSES, sorted(set(STATUSES))
+
+
+#: Loaded from the served document when the tests are collected (the document needs neither a
+#: token nor the database). schemathesis's lazy ``from_fixture`` does not run under pytest 9.2.
+schema = schemathesis.openapi.from_wsgi("/ids/openapi.json", WSGIHandler())
+
+
+@schema.hook
+def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any]) -> Any:
+    """Name a sequence of the test database in most requests (besides the made-up names);
+    the one with a template in most requests for numbers."""
+    if "name" not in path_parameters:
+        return st.just(path_parameters)
+    numbers = context.operation is not None and context.operation.path == "/{name}/numbers"
+    choices = ["shop/waybill"] * 2 * len(NAMES) if numbers else []
+    names = st.sampled_from([*choices, *NAMES, path_parameters["name"]])
+    return names.map(lambda name: {**path_parameters, "name": name})
+
+
+@schema.hook
+def flatmap_query(context: Any, query: dict[str, Any] | None) -> Any:
+    """In some requests for numbers, the query string is just the template's context entry."""
+    if context.operation is None or context.operation.path != "/{name}/numbers":
+        return st.just(query)
+    return st.sampled_from([query, {"area": "010"}, {"area": "010"}])
+
+
+@schema.hook
+def after_call(context: Any, case: Any, response: Any) -> None:
+    STATUSES.append(response.status_code)
+
+
+@schema.parametrize()
+@settings(
+    max_examples=30,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_schemathesis_finds_no_server_error_and_no_undescribed_answer(
+    case: Any, token: str
+) -> None:
+    case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=CHECKS)
