@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.checks import CheckMessage
@@ -26,7 +27,7 @@ from django.utils import timezone
 from django_sequences import next_number, next_numbers, next_value, next_values
 from django_sequences.checks import check_capacity
 from django_sequences.models import IssueStat, Segment, Sequence, WorkerLease
-from django_sequences.ops.capacity import Capacity, capacities, capacity, duration
+from django_sequences.ops.capacity import Capacity, _period_end, capacities, capacity, duration
 from django_sequences.ops.overview import overview
 from django_sequences.sources import workers as leases
 
@@ -335,3 +336,15 @@ def test_manage_py_check_database_on_an_empty_database(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "W020" not in done.stderr + done.stdout and "W021" not in done.stderr + done.stdout
     assert "no issues" in done.stdout
+
+
+def test_period_ends_by_the_wall_clock_across_dst() -> None:
+    """A day across Berlin's autumn change lasts 25 hours; the hour after it is an hour."""
+    berlin = ZoneInfo("Europe/Berlin")
+    noon = datetime(2026, 10, 25, 11, 0, tzinfo=UTC)  # the day clocks go back
+    assert _period_end("day", berlin, noon) == datetime(2026, 10, 25, 23, 0, tzinfo=UTC)
+    assert _period_end("hour", berlin, noon) == datetime(2026, 10, 25, 12, 0, tzinfo=UTC)
+    assert _period_end("month", berlin, noon) == datetime(2026, 10, 31, 23, 0, tzinfo=UTC)
+    assert _period_end("year", berlin, noon) == datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
+    december = datetime(2026, 12, 20, tzinfo=UTC)
+    assert _period_end("month", berlin, december) == datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
