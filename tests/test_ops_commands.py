@@ -329,6 +329,7 @@ while not os.path.exists(stop):
     except LeaseContention:
         continue
     print(json.dumps([first, last, t0]), flush=True)
+    time.sleep(0.001)  # lets the others (and the raise) get SQLite's write lock
 """
 
 
@@ -364,6 +365,7 @@ def test_raise_while_threads_and_processes_lease(processes: int, tmp_path: Path)
                 except LeaseContention:
                     continue
                 got[k].append((first, last, t0))
+                time.sleep(0.001)  # lets the others (and the raise) get SQLite's write lock
         finally:
             connections.close_all()
 
