@@ -120,6 +120,29 @@ def test_collector_counts_values_leases_errors_and_capacity(installed: None) -> 
     assert value(s, issued, sequence="met.b") == 71
 
 
+def test_wrappers_count_their_own_values_once(installed: None) -> None:
+    """failover and memory_bits: the values of the wrapper count under its name; the leases
+    of their inner definitions under theirs."""
+    Sequence.objects.define(
+        "met.fo", strategy="failover", step=10, options={"partitions": [{}, {}]}
+    )
+    Sequence.objects.define(
+        "met.mb", strategy="memory_bits", options={"bits": 4, "inner": "strict"}
+    )
+    for _ in range(33):
+        next_value("met.fo")
+    assert len(next_values("met.fo", 12)) == 12
+    for _ in range(50):
+        next_value("met.mb")
+    s = scrape()
+    issued = "django_sequences_values_issued_total"
+    assert value(s, issued, sequence="met.fo") == 45
+    assert value(s, issued, sequence="met.mb") == 50
+    leased = [dict(k[1])["sequence"] for k in s if k[0] == "django_sequences_leases_total"]
+    inner = [name for name in leased if name.startswith("met.fo/")]
+    assert len(inner) >= 2  # each partition's inner definition leased
+
+
 def test_values_of_a_dropped_generator_are_counted_once(installed: None) -> None:
     """A reset of the registry (a settings change) drops the generators: what they issued
     since the last publish is counted at the next one, and never again."""

@@ -45,6 +45,7 @@ from django.core.signals import request_finished
 from .. import numbers, registry
 from ..conf import SETTING, docs_url
 from ..core import forking
+from ..core.failover import FailoverGenerator
 from ..core.plugins import PluggedGenerator
 from ..core.segment import SegmentGenerator
 from ..exceptions import ConfigurationError
@@ -214,6 +215,8 @@ def _issued(e: _Entry) -> int | None:
             return None
         e.mark = mark
         return _segment_issued(gen)
+    if isinstance(gen, FailoverGenerator):  # (its status() asks every partition's)
+        return sum(p.issued for p in gen._parts)
     issued: int = gen.status().issued
     return issued
 
