@@ -338,8 +338,6 @@ def _counted(
     warning = None
     if fraction >= limit or (runway is not None and runway < horizon):
         what = f"{used:,} of the {c.bound:,} values of {c.note} are used ({_percent(fraction)})"
-        if c.period:
-            what += f" this {c.period}"
         when = "" if runway is None else f"; at the measured rate: out in {duration(runway)}"
         warning = f"Sequence {name!r}: {what}{when}. {c.advice}"
     return Capacity(
