@@ -11,8 +11,8 @@ a ``Counter``. It runs when the collector is scraped (this process), when a requ
 long-running processes call it themselves. With gunicorn's workers in prometheus-client's
 multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``), each worker's counter is a file and the
 scrape sums them: every request that has finished is in the total. A segment generator is
-looked at only when its chunk or range moved since the last look (a few attribute reads); the
-others' ``status()`` is read each time.
+looked at only when its chunk or range moved since the last look (a few attribute reads), a
+failover one sums its partitions' counts, the others' ``status()`` is read each time.
 
 Leases. :data:`~django_sequences.sources.rows.lease_observer` is told of every lease of a counter
 row (segment, strict, the redis strategies' windows, wrappers over them): their count, time and
@@ -370,7 +370,7 @@ def multiprocess() -> bool:
 
 def _on_request_finished(**kwargs: Any) -> None:
     publish()
-    if multiprocess():  # (one process: the scrape itself refreshes them)
+    if _multiprocess:  # (one process: the scrape itself refreshes them)
         refresh_capacity()
 
 
@@ -401,6 +401,8 @@ def install() -> SequencesCollector:
     from prometheus_client import REGISTRY
 
     _metrics = _Metrics()
+    global _multiprocess
+    _multiprocess = multiprocess()
     collector = SequencesCollector()
     REGISTRY.register(collector)
     rows.lease_observer = observe_lease
@@ -418,6 +420,7 @@ def install() -> SequencesCollector:
 
 _collector: SequencesCollector | None = None
 _hooked = False
+_multiprocess = False  # (prometheus-client's choice, made when it was imported)
 
 
 def uninstall() -> None:
