@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from pytest_django.fixtures import Settings
@@ -202,6 +204,27 @@ def test_status_page_shows_the_capacity_warning(admin_client: Client) -> None:
     remaining = remaining[: remaining.index("</td>")]
     assert 'class="dsq-fill dsq-full"' in remaining
     assert '<p class="dsq-warning">' in remaining and "Raise max_value" in remaining
+
+
+def test_the_list_reads_limits_once_per_page(admin_client: Client) -> None:
+    """Each row adds one query (its rate); the limits of the whole page come from one
+    capacity computation, not a few queries a row."""
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as seen:
+            assert admin_client.get(reverse(CHANGELIST)).status_code == 200
+        return len(seen)
+
+    for i in range(3):
+        defined(f"adm.page{i}", template="P{date:%Y%m%d}{seq:05}")
+        seed_stats(f"adm.page{i}", [1])
+    few = queries()
+    for i in range(3, 12):
+        defined(f"adm.page{i}", template="P{date:%Y%m%d}{seq:05}")
+        seed_stats(f"adm.page{i}", [1])
+    many = queries()
+
+    assert many - few <= 9, (few, many)
 
 
 def test_fill_bar_turns_red_near_max(admin_client: Client) -> None:
