@@ -369,7 +369,10 @@ def multiprocess() -> bool:
 
 
 def _on_request_finished(**kwargs: Any) -> None:
-    publish()
+    try:
+        publish()
+    except Exception:  # never into the request's (or task's) own handling
+        log.exception("could not publish the values issued to the metrics")
     if _multiprocess:  # (one process: the scrape itself refreshes them)
         refresh_capacity()
 
