@@ -25,7 +25,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection, connections
 from django.utils import timezone
 
-from django_sequences import next_value, next_values
+from django_sequences import next_number, next_value, next_values
 from django_sequences.exceptions import LeaseContention
 from django_sequences.management.commands import (
     sequences_define,
@@ -239,6 +239,23 @@ def test_define_refuses_what_could_issue_values_again_and_writes_nothing() -> No
         "sequences_define", "room", "--option", "shards=4"
     )
     assert lines("sequences_define", "room", "--option", "gapless=true")[-1] == "updated room"
+
+
+def test_define_cycle_and_reset_follow_the_redefinition_rules() -> None:
+    Sequence.objects.define("daily", step=10, template="D{date:%Y%m%d}-{seq:04}")
+    assert lines("sequences_define", "daily", "--cycle") == [
+        "daily: cycle: false -> true",
+        "updated daily",
+    ]
+    assert lines("sequences_define", "daily", "--no-cycle")[-1] == "updated daily"
+    # before any number: the counter's period may still change
+    assert lines("sequences_define", "daily", "--reset", "month", "--dry-run")[-1] == (
+        "would update daily"
+    )
+    next_number("daily")
+    said = refusal("sequences_define", "daily", "--reset", "never")
+    assert "reset period cannot change (day -> never)" in said
+    assert Sequence.objects.get(name="daily").reset == ""
 
 
 # --- sequences_raise -------------------------------------------------------------------------
