@@ -192,6 +192,7 @@ def test_a_short_runway_turns_the_bar_orange_and_says_when(admin_client: Client)
     assert 'class="dsq-fill dsq-warn"' in row
     assert '<span class="dsq-runway">out in 5.6 h</span>' in row
     assert "Raise max_value" in row  # the capacity warning, in the tooltip
+    assert "left until max out in 5.6 h (&lt;0.1% used)" in row  # the tooltip says when too
 
 
 def test_status_page_shows_the_capacity_warning(admin_client: Client) -> None:

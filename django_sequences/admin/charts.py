@@ -90,11 +90,11 @@ def fill_bar(left: Left | None) -> SafeString:
     level = "full" if left.percent >= 95 else "warn" if left.percent >= 80 or left.warning else "ok"
     shown = f"{left.percent:.1f}" if left.percent >= 0.1 or left.percent == 0 else "<0.1"
     used = _("%(percent)s%% used") % {"percent": shown}
-    if left.left is None:
-        what, exact = left.runway or "—", left.runway
+    if left.left is None:  # counted in time: the runway is the count
+        what, exact, runway = left.runway or "—", left.runway, ""
     else:
-        what, exact = count_text(left.left), f"{left.left:,}"
-    tip = " ".join(p for p in (exact, left.kind, f"({used})", left.warning or "") if p)
+        what, exact, runway = count_text(left.left), f"{left.left:,}", left.runway
+    tip = " ".join(p for p in (exact, left.kind, runway, f"({used})", left.warning or "") if p)
     return format_html(
         '<span class="dsq-fill dsq-{}" title="{}">'
         '<span class="dsq-bar"><span style="width:{}%"></span></span>'
@@ -105,9 +105,7 @@ def fill_bar(left: Left | None) -> SafeString:
         f"{min(left.percent, 100.0):.2f}",
         what,
         left.kind,
-        format_html(' <span class="dsq-runway">{}</span>', left.runway)
-        if left.runway and left.left is not None
-        else "",
+        format_html(' <span class="dsq-runway">{}</span>', runway) if runway else "",
         used,
     )
 
