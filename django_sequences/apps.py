@@ -30,5 +30,5 @@ class DjangoSequencesConfig(AppConfig):
         if metrics.enabled():  # (the raw setting: a broken dict is the checks' to report)
             if metrics.available():
                 metrics.install()  # the collector in prometheus-client's default registry
-            else:  # the check (E020) says so too; a server that runs no checks logs it
+            else:  # the check (E014) says so too; a server that runs no checks logs it
                 logging.getLogger("django_sequences.metrics").error(metrics.missing_message())

@@ -484,6 +484,6 @@ def check(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[check
         checks.Error(
             "DJANGO_SEQUENCES['METRICS'] is True but prometheus-client is not installed.",
             hint=f"{INSTALL_HINT} (see {docs_url('metrics')}), or set METRICS to False.",
-            id="django_sequences.E020",
+            id="django_sequences.E014",
         )
     ]
