@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
+from django_sequences import next_values
 from django_sequences.admin.charts import chart_svg, count_text
 from django_sequences.admin.preview import parse_context, upcoming
 from django_sequences.conf import docs_url
@@ -564,6 +565,23 @@ def test_count_text_rounds_only_past_twelve_digits() -> None:
     assert count_text(10**12) == "1.0 \N{MULTIPLICATION SIGN} 10¹²"
     assert count_text(999_999_999_999_990) == "1.0 \N{MULTIPLICATION SIGN} 10¹⁵"  # not 10.0 x 10^14
     assert count_text(9_223_372_036_854_772_807) == "9.2 \N{MULTIPLICATION SIGN} 10¹⁸"
+
+
+def test_partitions_show_what_is_left_in_a_narrow_cell(admin_client: Client) -> None:
+    seq = Sequence.objects.define(
+        "adm.fo", strategy="failover", options={"partitions": [{}, {"strategy": "strict"}]}
+    )
+    next_values("adm.fo", 3)  # from partition 0 only: partition 1 has leased nothing
+
+    html = admin_client.get(status_url(seq)).content.decode()
+
+    table = html[html.index('id="dsq-partitions"') :]
+    rows = table[: table.index("</table>")].split('<tr class="dsq-partition')[1:]
+    assert len(rows) == 2
+    # 4,611,686,018,427,387,903 (its max) less the leased: rounded, exact in the tooltip
+    left = r'<td><span title="4,611,686,018,427,38\d,\d{3}">4.6 \N{MULTIPLICATION SIGN} 10¹⁸<'
+    assert re.search(left, rows[0]), rows[0]
+    assert "<td>—</td><td></td></tr>" in rows[1]
 
 
 def test_chart_escapes_text_and_places_bars_by_minute() -> None:

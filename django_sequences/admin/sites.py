@@ -52,6 +52,7 @@ from ..ops.overview import WRAPPERS, partition_health
 from .charts import Fill, chart_hours, fill, fill_bar, rate_per_minute, status_figures
 from .columns import (
     attach_figures,
+    count_html,
     left_of,
     left_of_capacity,
     limits_of,
@@ -303,7 +304,12 @@ class SequenceAdmin(admin.ModelAdmin):
             ],
             "leases": [lease_info(lease, db_time) for lease in worker_leases],
             "partitions": (
-                partition_health(obj.spec(), using) if obj.strategy in WRAPPERS else None
+                [
+                    {**p, "remaining_html": count_html(p.get("remaining"))}
+                    for p in partition_health(obj.spec(), using)
+                ]
+                if obj.strategy in WRAPPERS
+                else None
             ),
         }
         return TemplateResponse(request, "admin/django_sequences/sequence/status.html", context)
