@@ -270,9 +270,7 @@ def _plugin_problems(s: dict[str, Any]) -> list[Problem]:
     try:
         build_plugins(s["PLUGINS"])
     except ConfigurationError as exc:
-        out.append(
-            Problem("django_sequences.E009", str(exc), "See docs/plugins.md for the format.")
-        )
+        out.append(Problem("django_sequences.E009", str(exc), f"The format: {docs_url('plugins')}"))
     handler = s["REJECTION_HANDLER"]
     if handler is not None:
         try:
