@@ -6,6 +6,7 @@ does not describe."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +28,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from django_sequences import http
+from django_sequences.core.base import Status
 from django_sequences.models import ApiToken, Sequence
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -99,6 +101,14 @@ def test_it_describes_every_endpoint_and_status() -> None:
         "scheme": "bearer",
     }
     assert document["paths"]["/openapi.json"]["get"]["security"] == []
+
+
+def test_the_status_schema_has_every_field_of_status() -> None:
+    """A field added to core's Status shows up in the answer: the schema (which allows no
+    other field) must name it too."""
+    properties = served()["components"]["schemas"]["Status"]["properties"]
+    fields = {f.name for f in dataclasses.fields(Status)} - {"name"}
+    assert set(properties) == fields | {"sequence", "host", "pid"}
 
 
 def test_the_document_needs_no_token_and_is_the_same_with_a_trailing_slash() -> None:

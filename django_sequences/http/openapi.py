@@ -170,6 +170,25 @@ def error_response(status: int) -> Doc:
     return answer
 
 
+#: The fields of a status answer (all always there).
+STATUS_FIELDS: Doc = {
+    "sequence": {"type": "string"},
+    "host": {"type": "string"},
+    "pid": {"type": "integer"},
+    "strategy": {"type": "string"},
+    "current": {"type": ["integer", "null"], "format": "int64"},
+    "range": ref("schemas", "Range"),
+    "remaining": {"type": "integer", "format": "int64"},
+    "next_range": ref("schemas", "Range"),
+    "prefetching": {"type": "boolean"},
+    "leases": {"type": "integer"},
+    "issued": {"type": "integer", "format": "int64"},
+    "rate": {"type": "number"},
+    "last_error": {"type": ["string", "null"]},
+    "details": {"type": "object", "additionalProperties": True},
+}
+
+
 def schemas(max_count: int) -> Doc:
     """components/schemas."""
     return {
@@ -268,39 +287,9 @@ def schemas(max_count: int) -> Doc:
             "type": "object",
             "description": "What the answering process knows of the sequence; host and pid "
             "say which process (each worker has its own ranges and counters).",
-            "required": [
-                "sequence",
-                "host",
-                "pid",
-                "strategy",
-                "current",
-                "range",
-                "remaining",
-                "next_range",
-                "prefetching",
-                "leases",
-                "issued",
-                "rate",
-                "last_error",
-                "details",
-            ],
+            "required": list(STATUS_FIELDS),
             "additionalProperties": False,
-            "properties": {
-                "sequence": {"type": "string"},
-                "host": {"type": "string"},
-                "pid": {"type": "integer"},
-                "strategy": {"type": "string"},
-                "current": {"type": ["integer", "null"], "format": "int64"},
-                "range": ref("schemas", "Range"),
-                "remaining": {"type": "integer", "format": "int64"},
-                "next_range": ref("schemas", "Range"),
-                "prefetching": {"type": "boolean"},
-                "leases": {"type": "integer"},
-                "issued": {"type": "integer", "format": "int64"},
-                "rate": {"type": "number"},
-                "last_error": {"type": ["string", "null"]},
-                "details": {"type": "object", "additionalProperties": True},
-            },
+            "properties": STATUS_FIELDS,
         },
     }
 
