@@ -9,9 +9,11 @@ from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 from django.db.models.signals import pre_delete
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from .compat import check_constraint
+from .conf import docs_url
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
 from .definitions import has_issued, period_change
@@ -80,7 +82,9 @@ class Sequence(_Bounds):
         _("strategy"),
         max_length=32,
         default="segment",
-        help_text=_("segment, or custom with options['generator'] (see docs/strategies.md)."),
+        help_text=format_lazy(
+            _("segment, or custom with options['generator'] (see {})."), docs_url("strategies")
+        ),
     )
     cycle = models.BooleanField(
         _("cycle"), default=False, help_text=_("Start again at min value after max value.")

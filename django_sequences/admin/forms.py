@@ -9,8 +9,10 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import Max
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import docs_url
 from ..core.base import SequenceSpec
 from ..core.validation import check_bounds, check_name
 from ..exceptions import InvalidDefinition, InvalidName, TemplateError
@@ -72,7 +74,9 @@ class SequenceForm(forms.ModelForm):
         label=_("strategy"),
         choices=[(n, n) for n in strategy_names()],
         initial="segment",
-        help_text=_("How values are made (docs/strategies.md); fixed once created."),
+        help_text=format_lazy(
+            _("How values are made ({}); fixed once created."), docs_url("strategies")
+        ),
     )
     preview_context = forms.CharField(
         label=_("Preview context"),
