@@ -915,6 +915,38 @@ def test_regression_odd_bodies_got_python_words_or_went_through(
     assert post(api, "/ids/msg/values", {"key": "k"}).status_code == 200
 
 
+def test_regression_sharded_values_had_a_wrong_last(api: Client) -> None:
+    """A sharded sequence's values step by the number of shards: ``last`` was computed as
+    ``stop - step`` of that range (the one value 99 came with "last": 96), and first..last
+    would hold other shards' values anyway; the answer now has neither."""
+    Sequence.objects.define("msg", strategy="strict", options={"shards": 4})
+    for query in ("?key=chat-1&count=3", "?key=chat-1", "?count=3", ""):
+        body = post(api, f"/ids/msg/values{query}").json()
+        values = body["values"]
+        assert body["count"] == len(values) and len(values) in (1, 3)
+        assert values == list(range(values[0], values[0] + 4 * len(values), 4))
+        assert "first" not in body and "last" not in body, body
+    # a plain counter's contiguous values still come with both ends
+    Sequence.objects.define("order", step=10)
+    body = post(api, "/ids/order/values?count=3").json()
+    assert (body["first"], body["last"]) == (body["values"][0], body["values"][-1]) == (1, 3)
+
+
+def test_regression_a_null_key_dropped_the_query_key(api: Client) -> None:
+    """``{"key": null}`` in the body silently replaced the query string's key (the request was
+    issued from the counter without a sub-key); a key in both places is refused as count is."""
+    Sequence.objects.define("msg", strategy="strict", options={"shards": 4})
+    first = post(api, "/ids/msg/values?key=chat-1").json()["values"][0]
+    for url, body, says in (
+        ("/ids/msg/values?key=chat-1", {"key": None}, "given in both"),
+        ("/ids/msg/values", {"key": None}, "key must be a string, not NoneType"),
+        ("/ids/msg/values?key=chat-1", {"key": "chat-1"}, "given in both"),
+    ):
+        code, message = error_of(post(api, url, body), 400)
+        assert code == "bad_request" and says in message, message
+    assert post(api, "/ids/msg/values", {"key": "chat-1"}).json()["values"] == [first + 4]
+
+
 def test_regression_too_many_query_parameters_was_a_500(api: Client) -> None:
     """Django refuses more than DATA_UPLOAD_MAX_NUMBER_FIELDS parameters with an exception the
     API did not map: a 500."""

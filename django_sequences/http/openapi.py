@@ -226,7 +226,8 @@ def schemas(max_count: int) -> Doc:
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "description": "The sub-key of a sharded sequence (refused by other sequences).",
+            "description": "The sub-key of a sharded sequence (refused by other sequences); "
+            "leave it out for none (null is refused).",
         },
         "Context": {
             "type": "object",
@@ -246,8 +247,12 @@ def schemas(max_count: int) -> Doc:
                 "sequence": {"type": "string"},
                 "count": {"type": "integer", "minimum": 1},
                 "values": {"type": "array", "items": INT64, "minItems": 1},
-                "first": {**INT64, "description": "There when the values are contiguous."},
-                "last": {**INT64, "description": "There when the values are contiguous."},
+                "first": {**INT64, "description": "values[0], when the values are contiguous."},
+                "last": {
+                    **INT64,
+                    "description": "values[-1], when the values are contiguous "
+                    "(not for a sharded sequence: its values step by the number of shards).",
+                },
             },
         },
         "Numbers": {
@@ -350,7 +355,7 @@ def values_path() -> Doc:
                     "name": "key",
                     "in": "query",
                     "required": False,
-                    "description": "The sub-key, here or in the body (the body's wins).",
+                    "description": "The sub-key, here or in the body; not both.",
                     "schema": ref("schemas", "Key"),
                 },
             ],

@@ -64,8 +64,9 @@ _VALUE_RE = re.compile(r"-?[0-9]{1,20}\Z")
 @endpoint("POST")
 def values(request: HttpRequest, name: str) -> Payload:
     """Issue ``count`` values (default 1) of sequence ``name``, optionally for a sub-key
-    (sharded sequences). ``first`` and ``last`` are there when the values are contiguous."""
-    key: object = None
+    (sharded sequences). ``first`` and ``last`` are there when the values are contiguous (a
+    sharded sequence's step by the number of shards)."""
+    key: str | None = None
     if has_query(request):
         unknown = sorted(set(request.GET) - {"count", "key"})
         if unknown:
@@ -76,9 +77,17 @@ def values(request: HttpRequest, name: str) -> Payload:
         key = request.GET.get("key")
     body = json_body(request, ("count", "key"))
     count = count_of(request, body)
-    key = body.get("key", key)
-    if key is not None and not isinstance(key, str):
-        raise bad_request(f"key must be a string, not {type(key).__name__}: {short(key)}.")
+    if "key" in body:
+        if key is not None:
+            raise bad_request("key is given in both the query string and the body; give one.")
+        given = body["key"]
+        # null too: it used to mean "no key", silently issuing from the unsharded counter
+        if not isinstance(given, str):
+            raise bad_request(
+                f"key must be a string, not {type(given).__name__}: {short(given)}. Leave key "
+                f"out for a sequence without sub-keys."
+            )
+        key = given
     if key is not None and not 1 <= len(key) <= MAX_KEY_LENGTH:
         raise bad_request(
             f"key must be 1 to {MAX_KEY_LENGTH} characters; got {len(key)}: {short(key)}."
@@ -93,15 +102,16 @@ def values(request: HttpRequest, name: str) -> Payload:
             f"Sequence {name!r} takes no key: only sharded sequences do. Send the request "
             f"without a key."
         ) from None
-    if isinstance(got, range):
+    if isinstance(got, range) and got.step == 1:
         return {
             "sequence": name,
             "count": len(got),
             "values": list(got),
             "first": got.start,
-            "last": got.stop - got.step,
+            "last": got.stop - 1,
         }
-    return {"sequence": name, "count": len(got), "values": got}
+    # a sharded sequence's values step by the number of shards: first..last would hold others
+    return {"sequence": name, "count": len(got), "values": list(got)}
 
 
 @endpoint("POST")
