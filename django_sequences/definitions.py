@@ -132,6 +132,7 @@ def _update_definition(
     alias: str,
     *,
     dry_run: bool,
+    source: str = "its declaration",
 ) -> SequenceSpec:
     """Replace definition ``stored`` by the ``declared`` fields (``drift``: how they
     differ), checked first (nothing is written when a check fails, nor in a dry run); the
@@ -148,8 +149,9 @@ def _update_definition(
         setattr(seq, field_name, value)
     seq.save(using=alias)
     log.warning(
-        "Sequence %r updated from its declaration: %s.",
+        "Sequence %r updated from %s: %s.",
         stored.name,
+        source,
         "; ".join(str(d) for d in drift),
     )
     return new
@@ -342,7 +344,9 @@ def define_or_update(
     if drift:
         with transaction.atomic(using=alias):  # the definition and its rows' bounds, or neither
             _model("Segment").objects.lock_rows(using=alias, sequence=stored.name)  # leases wait
-            _update_definition(objects, stored, wanted, drift, alias, dry_run=dry_run)
+            _update_definition(
+                objects, stored, wanted, drift, alias, dry_run=dry_run, source="define_or_update()"
+            )
     return Defined(stored.name, False, drift, bool(drift) and not dry_run)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, connections
+from django.test import override_settings
 from django.utils import timezone
 
 from django_sequences import next_number, next_value, next_values
@@ -192,6 +193,7 @@ def test_define_changes_only_the_fields_given_and_their_rows() -> None:
             {"field": "step", "old": 10, "new": 20},
             {"field": "max_value", "old": 10_000, "new": 5000},
         ],
+        "declared": False,
     }
     assert definition("ord")[1:4] == (20, 1, 5000)
     # the counter row's bounds follow in the same transaction
@@ -202,6 +204,18 @@ def test_define_changes_only_the_fields_given_and_their_rows() -> None:
         'ord: options: {"min_step": 10} -> {"min_step": 10, "max_step": 100}',
         "updated ord",
     ]
+
+
+def test_define_notes_a_change_that_departs_from_the_settings_declaration() -> None:
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"decl": {"step": 100}}}):
+        err = StringIO()
+        call_command("sequences_define", "decl", "--step", "100", stdout=StringIO(), stderr=err)
+        assert err.getvalue() == ""  # created as declared: nothing to say
+        call_command("sequences_define", "decl", "--step", "300", stdout=StringIO(), stderr=err)
+        assert "also declared in DJANGO_SEQUENCES['SEQUENCES']" in err.getvalue()
+        assert as_json("sequences_define", "decl", "--step", "400")["declared"] is True
+    assert as_json("sequences_define", "decl", "--step", "500")["declared"] is False
+    assert definition("decl")[1] == 500
 
 
 def test_define_refuses_what_could_issue_values_again_and_writes_nothing() -> None:

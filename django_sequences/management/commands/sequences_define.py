@@ -15,6 +15,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from ...conf import app_settings
 from ...definitions import Defined, Drift
 from ...models import Sequence
 from ..base import SequenceCommand
@@ -44,6 +45,11 @@ class Command(SequenceCommand):
     WOULD_CREATE = "would create {name}"
     UPDATED = "updated {name}"
     WOULD_UPDATE = "would update {name}"
+    DECLARED = (
+        "Note: {name!r} is also declared in DJANGO_SEQUENCES['SEQUENCES']; change the "
+        "declaration too, or `sequences_provision` reports the difference and `--update` "
+        "brings the declaration back."
+    )
     UP_TO_DATE = "{name}: up to date"
     NEW = "-"
     BAD_OPTION = (
@@ -98,8 +104,9 @@ class Command(SequenceCommand):
             dry_run=dry_run,
             **fields,
         )
+        declared = name in app_settings.SEQUENCES
         if options["json"]:
-            self.write_json(self.as_json(done, dry_run))
+            self.write_json({**self.as_json(done, dry_run), "declared": declared})
             return
         for change in done.changes:
             self.stdout.write(self.CHANGE.format(name=done.name, **self.shown(change)))
@@ -110,6 +117,8 @@ class Command(SequenceCommand):
         else:
             message = self.WOULD_UPDATE if dry_run else self.UPDATED
         self.stdout.write(message.format(name=done.name))
+        if declared and done.changes and not done.created:
+            self.stderr.write(self.DECLARED.format(name=done.name))
 
     def parse_options(self, given: list[str]) -> dict[str, Any]:
         """``KEY=JSON`` pairs as a dict (a later key wins)."""
