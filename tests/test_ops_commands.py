@@ -26,7 +26,7 @@ from django.db import connection, connections
 from django.test import override_settings
 from django.utils import timezone
 
-from django_sequences import next_number, next_value, next_values
+from django_sequences import get_sequence, next_number, next_value, next_values
 from django_sequences.exceptions import LeaseContention
 from django_sequences.management.commands import (
     sequences_define,
@@ -222,6 +222,9 @@ def test_define_refuses_what_could_issue_values_again_and_writes_nothing() -> No
     Sequence.objects.define("bill", step=10, template="B{seq:06}")
     for _ in range(3):
         next_value("bill")
+    settle = time.monotonic() + 10  # the third value starts a prefetch: let it commit first
+    while get_sequence("bill").status().prefetching and time.monotonic() < settle:
+        time.sleep(0.005)
     before = definition("bill")
     row_before = Segment.objects.filter(key="bill").values_list("step", "max_value").get()
     assert "strategy is fixed once created" in refusal(
