@@ -25,7 +25,7 @@ from django.db import IntegrityError, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Max
 
-from .conf import SEQUENCE_FIELDS, app_settings, sequence_defaults, step_defaults
+from .conf import SEQUENCE_FIELDS, app_settings, sequence_defaults
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
 from .exceptions import InvalidDefinition, SequenceNotFound
@@ -238,7 +238,17 @@ def define(
 ) -> Definition:
     """:meth:`SequenceManager.define <django_sequences.managers.SequenceManager.define>` of
     manager ``objects``."""
-    spec = checked_spec(name, strategy, step, min_value, max_value, cycle, template, options, reset)
+    spec = checked_spec(
+        name,
+        strategy=strategy,
+        step=step,
+        min_value=min_value,
+        max_value=max_value,
+        cycle=cycle,
+        template=template,
+        options=options,
+        reset=reset,
+    )
     alias = resolve_alias(using)
     seq = objects.model(name=name, **{f: getattr(spec, f) for f in SEQUENCE_FIELDS})
 
@@ -272,29 +282,18 @@ def define(
     return seq
 
 
-def checked_spec(
-    name: str,
-    strategy: str = "segment",
-    step: int | None = None,
-    min_value: int = 1,
-    max_value: int = BIGINT_MAX,
-    cycle: bool = False,
-    template: str = "",
-    options: dict[str, Any] | None = None,
-    reset: str = "",
-) -> SequenceSpec:
-    """The definition :func:`define` would write (``step`` None: the defaults), checked as it
+def checked_spec(name: str, **given: Any) -> SequenceSpec:
+    """The definition :func:`define` would write from the fields ``given`` (those left out, and
+    ``step`` or ``options`` None: the defaults, ``conf.sequence_defaults``), checked as it
     checks one; raises :class:`InvalidDefinition` (or :class:`InvalidName`) otherwise."""
     check_name(name)
-    if step is None:
-        step, options = step_defaults(strategy, template, options)
-    check_bounds(step, min_value, max_value)
-    if not isinstance(cycle, bool):
-        raise InvalidDefinition(f"cycle must be True or False; got {shown(cycle)}.")
-    check_options(name, options)
-    spec = SequenceSpec(
-        name, strategy, step, min_value, max_value, cycle, template, options or {}, reset
-    )
+    given = {k: v for k, v in given.items() if v is not None or k not in ("step", "options")}
+    f = sequence_defaults(given)
+    check_bounds(f["step"], f["min_value"], f["max_value"])
+    if not isinstance(f["cycle"], bool):
+        raise InvalidDefinition(f"cycle must be True or False; got {shown(f['cycle'])}.")
+    check_options(name, f["options"])
+    spec = SequenceSpec(name=name, **{**f, "options": f["options"] or {}})
     validate(spec)
     return spec
 
