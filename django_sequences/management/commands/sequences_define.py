@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ...conf import app_settings
+from ...conf import app_settings, docs_url
 from ...definitions import Defined, Drift
 from ...models import Sequence
 from ..base import SequenceCommand
@@ -37,7 +37,7 @@ class Command(SequenceCommand):
         "Create a sequence, or change the fields given of an existing one (others stay as they "
         "are), checked as Sequence.objects.define() checks a definition. Prints each change as "
         "'field: old -> new'. Refused, with nothing written, when a change could issue values "
-        "again once the sequence has issued (docs/commands.md)."
+        f"again once the sequence has issued ({docs_url('commands', 'sequences_define')})."
     )
 
     CHANGE = "{name}: {field}: {old} -> {new}"

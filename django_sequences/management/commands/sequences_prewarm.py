@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from ...conf import docs_url
 from ...exceptions import SequenceError
 from ...ops.maintenance import prewarm
 from ..base import SequenceCommand
@@ -22,7 +23,8 @@ class Command(SequenceCommand):
         "Pre-warm: lease ahead into the Redis windows of redis_segment sequences whose room is "
         "below --threshold times their step, and make the next period's counter rows of "
         "sequences that restart every period, --lead seconds before it starts. Safe to run "
-        "twice, and from two hosts at once; for cron (docs/celery.md)."
+        "twice, and from two hosts at once; for cron: "
+        f"{docs_url('celery', 'without-celery-cron-and-systemd')}"
     )
 
     WINDOW = "window {sequence}: {first}..{last} ({outcome}; room before: {room_before})"

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from ...conf import docs_url
 from ...ops.maintenance import raise_counter
 from ..base import SequenceCommand
 
@@ -21,7 +22,8 @@ class Command(SequenceCommand):
     help = (
         "Raise a segment or strict sequence's counter so its next lease issues N first (every "
         "row of it; a sharded strict sequence: each shard's first value >= N). Never lowers a "
-        "counter. Ranges processes cached before may still be issued: see docs/commands.md."
+        f"counter. Ranges processes cached before may still be issued: see "
+        f"{docs_url('commands', 'sequences_raise')}."
     )
 
     RAISED = "raised {key}: {before} -> {after} (next value {next_value})"

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from ...conf import docs_url
 from ...exceptions import SequenceError
 from ...ops.maintenance import snapshot
 from ..base import SequenceCommand
@@ -24,7 +25,7 @@ class Command(SequenceCommand):
         "Write this minute's issue statistics (the values leased per sequence), flush this "
         "process's RateStats counts, and in the first minute of each hour delete statistics "
         "older than --keep-days. Run it every minute; safe to run twice, and from two hosts at "
-        "once (docs/celery.md)."
+        f"once ({docs_url('celery', 'without-celery-cron-and-systemd')})."
     )
 
     LEASED = "leased {sequence}: {count}"

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from ...conf import app_settings
+from ...conf import app_settings, docs_url
 from ...ops.capacity import duration
 from ...ops.overview import RATE_MINUTES, ROWLESS_STRATEGIES, SequenceOverview, overview
 from ..base import SequenceCommand
@@ -33,7 +33,7 @@ class Command(SequenceCommand):
     HOLDERS = "{count} ({hosts})"
     WARNINGS = "Capacity warnings (at {fraction} used or within {horizon}):"
     LIMITS = "Capacity (tightest first; warn at {fraction} used or within {horizon}):"
-    NO_LIMIT = "  {name}: no limit known (see docs/operations.md, Capacity)"
+    NO_LIMIT = "  {name}: no limit known (see " + docs_url("operations", "capacity") + ")"
 
     def add_own_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("names", nargs="*", metavar="NAME", help="default: every sequence")
