@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from . import plugins
+from . import plugins, registry
 from .conf import app_settings
 from .core.base import IdGenerator, KeyedGenerator, Status
 from .core.validation import BIGINT_MAX, BIGINT_MIN, check_count, shown
-from .exceptions import InvalidDefinition, InvalidKey, SequenceError
+from .exceptions import InvalidDefinition, InvalidKey, InvalidNumber, SequenceError
+from .numbers import parse_number
 from .registry import _generators, cached, get, refused
 
 
@@ -164,21 +166,76 @@ def get_sequence(name: str, *, using: str | None = None) -> SequenceHandle:
     return SequenceHandle(name, using=using)
 
 
-def explain(name: str, value: int, *, using: str | None = None) -> dict[str, Any]:
-    """Decode a value of sequence ``name`` into its parts (time, worker, sequence, …).
+def explain(name: str, value: int | str, *, using: str | None = None) -> dict[str, Any]:
+    """Decode a value or a number of sequence ``name`` into its parts: one call for anything
+    the sequence issued.
 
-    Only strategies whose values have parts can do this (their generator has an
-    ``explain(value)`` method); others raise :class:`InvalidDefinition`.
+    - an ``int``: a structured value (snowflake, timestamp, failover, memory_bits) ->
+      ``{"time", "timestamp", "worker_id", "sequence"}`` and the like. Plain counters have no
+      parts: :class:`InvalidDefinition`.
+    - a ``str``: a number of the sequence's template -> what
+      :func:`~django_sequences.numbers.parse_number` reads (``seq``, ``date``, ``ctx.NAME``,
+      ``check`` …), with ``seq_parts``, the parts of ``seq``, when the strategy's values have
+      parts. A text that does not match the template (or a sequence without a template) is
+      read as a decimal value (an id a JSON client got as a string); else
+      :class:`InvalidNumber` (template) or :class:`InvalidKey` (no template) says why.
     """
+    return decode(name, value, using=using)[1]
+
+
+def decode(
+    name: str, value: int | str, *, using: str | None = None
+) -> tuple[int | str, dict[str, Any]]:
+    """:func:`explain`, and what it read: the value (an ``int``) or the number (a ``str``)."""
     gen = get(name, using)
-    decode = getattr(gen, "explain", None)
-    if decode is None:
+    structured = getattr(gen, "explain", None)
+    if isinstance(value, str):
+        spec = registry.spec(name, using)
+        if spec.template:
+            try:
+                parts = parse_number(name, value, using=using)
+            except InvalidNumber as exc:
+                as_int = _decimal(value)
+                if as_int is None or structured is None:
+                    if as_int is not None:
+                        raise InvalidNumber(
+                            f"{exc} Read as a value it has no parts either: sequence "
+                            f"{name!r} (strategy {gen.strategy!r}) makes plain counters."
+                        ) from None
+                    raise
+                return as_int, _value_parts(name, structured, as_int)
+            seq = parts.get("seq")
+            if structured is not None and isinstance(seq, int) and not isinstance(seq, bool):
+                parts["seq_parts"] = _value_parts(name, structured, seq)
+            return value, parts
+        as_int = _decimal(value)
+        if as_int is None:
+            raise InvalidKey(
+                f"{shown(value)} is not a value of sequence {name!r}: it has no template, so "
+                f"what it issues are integers (send one, as an int or in decimal digits)."
+            )
+        value = as_int
+    if structured is None:
         raise InvalidDefinition(
             f"Sequence {name!r} (strategy {gen.strategy!r}) makes plain counters; only "
             f"structured values (snowflake, timestamp) can be explained."
         )
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidKey(f"A value to explain is an integer; got {shown(value)}.")
+        raise InvalidKey(
+            f"A value to explain is an integer (or a number, a str); got {shown(value)}."
+        )
+    return value, _value_parts(name, structured, value)
+
+
+#: A value in decimal: what a JSON client that got ids as strings sends back.
+_DECIMAL = re.compile(r"-?[0-9]{1,20}\Z")
+
+
+def _decimal(text: str) -> int | None:
+    return int(text) if _DECIMAL.match(text) else None
+
+
+def _value_parts(name: str, decode: Any, value: int) -> dict[str, Any]:
     if not BIGINT_MIN <= value <= BIGINT_MAX:
         raise InvalidKey(
             f"{shown(value)} is not a value of sequence {name!r}: its values are 64-bit integers."

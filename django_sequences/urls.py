@@ -2,7 +2,8 @@
 
     path("ids/", include("django_sequences.urls"))
 
-``<sequence_name:name>`` takes any text, ``/`` and control characters included, so that an
+``<sequence_name:name>`` (and the value of ``explain``, which may be a number holding ``/``)
+takes any text, ``/`` and control characters included, so that an
 invalid name (``order%0A``) reaches the view and is answered 404 there. Each endpoint also takes
 a trailing slash. Any other URL under the prefix, whatever its characters, gets a JSON 404
 rather than the site's HTML one (and no CSRF page: the catch-all is exempt, as the endpoints
@@ -34,12 +35,13 @@ urlpatterns = [
     path("openapi.json/", views.openapi),
     path("<sequence_name:name>/values", views.values, name="values"),
     path("<sequence_name:name>/numbers", views.numbers, name="numbers"),
-    path("<sequence_name:name>/explain/<str:value>", views.explain, name="explain"),
     path("<sequence_name:name>/status", views.status, name="status"),
     # the same with a trailing slash, as clients (and some HTTP libraries) write them
     path("<sequence_name:name>/values/", views.values),
     path("<sequence_name:name>/numbers/", views.numbers),
-    path("<sequence_name:name>/explain/<str:value>/", views.explain),
     path("<sequence_name:name>/status/", views.status),
+    # a number to explain may hold '/' (sent as it is or as %2F): the value takes any text but
+    # a trailing slash; after the fixed endpoints, so that <name>/status stays status
+    re_path(r"^(?P<name>(?s:.+))/explain/(?P<value>(?s:.+?))/?\Z", views.explain, name="explain"),
     re_path(r"^(?P<path>(?s:.*))\Z", views.not_found),
 ]

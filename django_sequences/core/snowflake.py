@@ -24,6 +24,26 @@ UNITS: dict[str, int] = {"ms": 1_000_000, "s": 1_000_000_000}
 DEFAULT_EPOCH = "2024-01-01"
 _UNIX = datetime(1970, 1, 1, tzinfo=UTC)
 
+#: The layout a definition gets without ``preset`` (and without the bit options).
+DEFAULT_BITS: dict[str, int] = {"time_bits": 41, "worker_bits": 10, "sequence_bits": 12}
+
+#: JavaScript's ``Number.MAX_SAFE_INTEGER`` is ``2**53 - 1``: a larger integer read by
+#: ``JSON.parse`` is rounded to a neighbour (two ids become one).
+JS_SAFE_BITS = 53
+
+#: ``options["preset"]`` -> (the options it stands for, the most bits its values may use).
+#: ``js53``: values below 2**53, exact in JavaScript. 41 bits of milliseconds (69.7 years from
+#: the epoch: 2024-01-01 to 2093-09-06), 6 bits of worker id (64 processes at once) and 6 of
+#: sequence (64 ids per millisecond per process, 64,000 a second; 4,096,000 a second over the
+#: 64). Millisecond time keeps a full tick's wait under a millisecond; the 53 bits cap holds
+#: when a definition moves bits between the fields (``worker_bits=8, sequence_bits=4``).
+PRESETS: dict[str, tuple[dict[str, Any], int]] = {
+    "js53": (
+        {"time_unit": "ms", "time_bits": 41, "worker_bits": 6, "sequence_bits": 6},
+        JS_SAFE_BITS,
+    ),
+}
+
 
 def parse_epoch(value: object, unit: str, *, name: str = "?") -> int:
     """``options["epoch"]`` as units since the Unix epoch: an ISO 8601 date or date-time
@@ -51,6 +71,19 @@ def parse_epoch(value: object, unit: str, *, name: str = "?") -> int:
     if us < 0:
         raise InvalidDefinition(f"Sequence {name!r}: options['epoch'] is before 1970.")
     return us * 1000 // UNITS[unit]
+
+
+def preset_of(options: Mapping[str, Any], *, name: str = "?") -> tuple[dict[str, Any], int]:
+    """The defaults and bit cap of ``options["preset"]`` (none: the 63-bit layout)."""
+    preset = options.get("preset")
+    if preset is None:
+        return {"time_unit": "ms", **DEFAULT_BITS}, 63
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise InvalidDefinition(
+            f"Sequence {name!r}: options['preset'] must be one of {sorted(PRESETS)} (or left "
+            f"out); got {shown(preset)}."
+        )
+    return PRESETS[preset]
 
 
 #: The last instant ``datetime`` can hold, in nanoseconds since the Unix epoch.
@@ -138,13 +171,20 @@ class Layout:
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, name: str = "?") -> Layout:
         """Build and validate a layout from a definition's options (InvalidDefinition names the
-        options to change)."""
-        unit = options.get("time_unit", "ms")
-        bits = {
-            key: options.get(key, default)
-            for key, default in (("time_bits", 41), ("worker_bits", 10), ("sequence_bits", 12))
-        }
+        options to change). ``options["preset"]`` (:data:`PRESETS`) fills the options left out
+        and caps the bits their values may use."""
+        defaults, cap = preset_of(options, name=name)
+        unit = options.get("time_unit", defaults["time_unit"])
+        bits = {key: options.get(key, defaults[key]) for key in DEFAULT_BITS}
         check_layout(unit, 0, **bits, name=name)
+        total = sum(bits.values())
+        if total > cap:
+            raise InvalidDefinition(
+                f"Sequence {name!r}: options['preset'] {options['preset']!r} keeps values below "
+                f"2**{cap}, but time_bits ({bits['time_bits']}) + worker_bits "
+                f"({bits['worker_bits']}) + sequence_bits ({bits['sequence_bits']}) = {total}; "
+                f"take {total - cap} bit(s) off one of them."
+            )
         epoch = parse_epoch(options.get("epoch", DEFAULT_EPOCH), unit, name=name)
         check_layout(unit, epoch, **bits, name=name)
         layout = cls(time_unit=unit, epoch=epoch, **bits)
@@ -161,6 +201,11 @@ class Layout:
                 f"time_bits or move the epoch."
             )
         return layout
+
+    @property
+    def total_bits(self) -> int:
+        """The bits a value uses: every value is below ``2**total_bits``."""
+        return self.time_bits + self.worker_bits + self.sequence_bits
 
     @property
     def unit_ns(self) -> int:
@@ -215,7 +260,7 @@ class Layout:
     def explain(self, value: int) -> dict[str, Any]:
         """The parts of ``value``: ``time`` (aware UTC datetime), ``timestamp`` (the time field:
         units since the layout's epoch), ``worker_id`` and ``sequence``."""
-        total = self.time_bits + self.worker_bits + self.sequence_bits
+        total = self.total_bits
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << total:
             raise InvalidKey(
                 f"{shown(value)} is not a value of this sequence: its values are integers from 0 "

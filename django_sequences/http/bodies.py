@@ -204,3 +204,24 @@ def count_of(request: HttpRequest, body: Payload) -> int:
             f"{setting}); got {short(count)}. Ask in several requests."
         )
     return count
+
+
+#: ``ids``: how an answer writes the values it holds (``values``, ``first``, ``last``,
+#: ``value``): JSON integers (the default) or decimal strings, which JavaScript's
+#: ``JSON.parse`` keeps exact above 2**53 (``Number.MAX_SAFE_INTEGER``).
+IDS = ("number", "string")
+
+
+def ids_as_strings(request: HttpRequest, body: Payload) -> bool:
+    """Whether the request asked for ids as strings: ``ids=string`` in the query string or
+    ``"ids": "string"`` in the body (not both); ``number`` (the default) asks for integers."""
+    in_query = request.GET.get("ids") if has_query(request) else None
+    if in_query is not None and "ids" in body:
+        raise bad_request("ids is given in both the query string and the body; give one.")
+    given = in_query if in_query is not None else body.get("ids", "number")
+    if given not in IDS:
+        raise bad_request(
+            f"ids must be 'number' (JSON integers, the default) or 'string' (decimal strings, "
+            f"exact in JavaScript above 2**53); got {short(given)}."
+        )
+    return given == "string"

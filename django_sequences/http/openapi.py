@@ -24,11 +24,13 @@ from ..conf import app_settings, docs_url
 
 OPENAPI_VERSION = "3.1.0"
 #: Version of this description (``info.version``); raise it when the API changes.
-API_VERSION = "1.0.0"
+API_VERSION = "1.1.0"
 
 Doc = dict[str, Any]
 INT64 = {"type": "integer", "format": "int64"}
 JSON = "application/json"
+#: A value as ``ids=string`` writes it: decimal digits.
+DECIMAL = {"type": "string", "pattern": "^-?[0-9]{1,20}$"}
 
 
 def ref(kind: str, name: str) -> Doc:
@@ -66,8 +68,9 @@ ERROR_RESPONSES: dict[int, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = 
         "The request is malformed: the body is not a JSON object in UTF-8, nests too deeply, "
         "is too big or broke off, or has a field twice, an unknown field or a 41-digit "
         "integer; too many query parameters; count out of range; a bad key; a context the "
-        "template refuses; numbers of a sequence without a template; explain of a value that "
-        "is not an integer or of a sequence whose values have no parts.",
+        "template refuses; numbers of a sequence without a template; an ids other than number or "
+        "string; explain of a text that is neither a number of the template nor an integer "
+        "value, or of a value of a sequence whose values have no parts.",
         ("bad_request",),
         (),
     ),
@@ -239,6 +242,19 @@ def schemas(max_count: int) -> Doc:
                 "anyOf": [{"type": "string"}, {"type": "integer"}, ref("schemas", "Context")]
             },
         },
+        "Id": {
+            "description": "An issued value: a JSON integer, or a string of decimal digits when "
+            "the request asked for ids=string (JavaScript's JSON.parse rounds integers above "
+            "2^53).",
+            "anyOf": [INT64, DECIMAL],
+        },
+        "Ids": {
+            "type": "string",
+            "enum": ["number", "string"],
+            "default": "number",
+            "description": "How the answer writes the values it holds: number (JSON "
+            "integers) or string (decimal strings, exact in JavaScript above 2^53).",
+        },
         "Values": {
             "type": "object",
             "required": ["sequence", "count", "values"],
@@ -246,10 +262,13 @@ def schemas(max_count: int) -> Doc:
             "properties": {
                 "sequence": {"type": "string"},
                 "count": {"type": "integer", "minimum": 1},
-                "values": {"type": "array", "items": INT64, "minItems": 1},
-                "first": {**INT64, "description": "values[0], when the values are contiguous."},
+                "values": {"type": "array", "items": ref("schemas", "Id"), "minItems": 1},
+                "first": {
+                    "$ref": "#/components/schemas/Id",
+                    "description": "values[0], when the values are contiguous.",
+                },
                 "last": {
-                    **INT64,
+                    "$ref": "#/components/schemas/Id",
                     "description": "values[-1], when the values are contiguous "
                     "(not for a sharded sequence: its values step by the number of shards).",
                 },
@@ -267,16 +286,22 @@ def schemas(max_count: int) -> Doc:
         },
         "Explained": {
             "type": "object",
-            "required": ["sequence", "value", "parts"],
+            "description": "A value's parts (value), or a number's (number).",
+            "required": ["sequence", "parts"],
+            "oneOf": [{"required": ["value"]}, {"required": ["number"]}],
             "additionalProperties": False,
             "properties": {
                 "sequence": {"type": "string"},
-                "value": INT64,
+                "value": ref("schemas", "Id"),
+                "number": {"type": "string"},
                 "parts": {
                     "type": "object",
-                    "description": "The strategy's parts: snowflake time (ISO 8601), "
-                    "timestamp, worker_id, sequence; timestamp time and counter; failover "
-                    "inner, partition, store; memory_bits inner, low.",
+                    "description": "A value's parts: snowflake time (ISO 8601), timestamp, "
+                    "worker_id, sequence; timestamp time and counter; failover inner, "
+                    "partition, store; memory_bits inner, low. A number's: the template's "
+                    "fields (seq, date, ctx.NAME, check ...) and seq_parts, the parts of seq "
+                    "when the strategy's values have parts. With ids=string, seq and inner "
+                    "are decimal strings.",
                     "additionalProperties": True,
                 },
             },
@@ -320,6 +345,16 @@ def count_query() -> Doc:
     }
 
 
+def ids_query(where: str = ", or in the body; not both") -> Doc:
+    return {
+        "name": "ids",
+        "in": "query",
+        "required": False,
+        "description": f"ids=string writes the answer's values as decimal strings{where}.",
+        "schema": ref("schemas", "Ids"),
+    }
+
+
 def body(properties: Doc, example: Doc) -> Doc:
     return {
         "required": False,
@@ -358,9 +393,15 @@ def values_path() -> Doc:
                     "description": "The sub-key, here or in the body; not both.",
                     "schema": ref("schemas", "Key"),
                 },
+                ids_query(),
             ],
             "requestBody": body(
-                {"count": ref("schemas", "Count"), "key": ref("schemas", "Key")}, {"count": 5}
+                {
+                    "count": ref("schemas", "Count"),
+                    "key": ref("schemas", "Key"),
+                    "ids": ref("schemas", "Ids"),
+                },
+                {"count": 5},
             ),
             "responses": {"200": ok("The values.", ref("schemas", "Values")), **errors(*ISSUING)},
         },
@@ -411,16 +452,20 @@ def explain_path() -> Doc:
                 "name": "value",
                 "in": "path",
                 "required": True,
-                "description": "A value the sequence issued.",
-                "schema": {**INT64, "minimum": -(2**63), "maximum": 2**63 - 1},
+                "description": "A value the sequence issued (decimal digits), or a number of "
+                "its template ('/' as it is or as %2F; a trailing slash is not part of it).",
+                "schema": {"type": "string", "minLength": 1},
             },
         ],
         "get": {
             "operationId": "explainValue",
             "tags": ["sequences"],
-            "summary": "Decode a structured value",
+            "summary": "Decode a value or a number",
             "description": "The parts of a value of a snowflake or timestamp sequence (or "
-            "one wrapped by failover or memory_bits); plain counters have none (400).",
+            "one wrapped by failover or memory_bits), or of a number of a sequence with a "
+            "template: its text is read as a number first, then as a value. Plain counters' "
+            "values have no parts (400); nor has text that matches neither (400).",
+            "parameters": [ids_query("")],
             "responses": {
                 "200": ok("The parts.", ref("schemas", "Explained")),
                 **errors(*COMMON),
@@ -476,7 +521,9 @@ Every path also takes a trailing slash. Every request but this document's needs
 `Authorization: Bearer <token>` (manage.py sequences_token NAME --sequences SEQ,...).
 Errors are `{"error": {"code", "message"}}`; any URL under the prefix that is not an endpoint
 is a JSON 404, and any other method on a path a JSON 405 with an Allow header.
-A refused request consumes nothing. Snowflake values exceed 2^53: parse them as 64-bit integers.
+A refused request consumes nothing. Snowflake values exceed 2^53: parse them as 64-bit integers,
+or ask for them as decimal strings with ids=string (query string, or "ids" in the body), or
+define the sequence with options {"preset": "js53"} (values below 2^53).
 """
 
 

@@ -5,7 +5,8 @@ and the error handlers under the path settings name.
 =======  ==========================  =================================================
 POST     ``<name>/values``           ``{"count": 5, "key": "..."}`` -> values
 POST     ``<name>/numbers``          ``{"count": 3, "context": {...}}`` -> numbers
-GET      ``<name>/explain/<value>``  the parts of a structured value (snowflake, timestamp)
+GET      ``<name>/explain/<value>``  the parts of a structured value (snowflake, timestamp) or
+                                    of a number of the sequence's template
 GET      ``<name>/status``           this process's view of the sequence
 GET      ``openapi.json``            the OpenAPI 3.1 description (``openapi.py``), no token
 =======  ==========================  =================================================
@@ -19,6 +20,9 @@ asks for is checked before anything is issued, so a refused request consumes no 
 count, the sub-key, and for numbers the context, rendered against the template with no value
 first. What can still fail after a value was taken is what fails the same way in Python (a
 fixed-width ``{seq:05}`` that overflows: 409, the value becomes a gap).
+
+``ids=string`` (query or body) writes the values of an answer as decimal strings, for
+JavaScript clients (``JSON.parse`` rounds integers above 2**53).
 """
 
 from __future__ import annotations
@@ -35,12 +39,12 @@ from django.urls import Resolver404, resolve
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import explain as explain_value
 from .. import get_sequence, next_numbers, next_values, registry
+from ..api import decode
 from ..exceptions import InvalidKey
 from ..formats.context import ContextKeyConflict, put_dotted
 from . import openapi as openapi_document
-from .bodies import count_of, has_query, json_body
+from .bodies import count_of, has_query, ids_as_strings, json_body
 from .plumbing import (
     Payload,
     bad_request,
@@ -68,15 +72,16 @@ def values(request: HttpRequest, name: str) -> Payload:
     sharded sequence's step by the number of shards)."""
     key: str | None = None
     if has_query(request):
-        unknown = sorted(set(request.GET) - {"count", "key"})
+        unknown = sorted(set(request.GET) - {"count", "key", "ids"})
         if unknown:
             raise bad_request(
                 f"Unknown query parameter(s) {', '.join(map(repr, unknown))}; this endpoint "
-                f"takes count and key."
+                f"takes count, key and ids."
             )
         key = request.GET.get("key")
-    body = json_body(request, ("count", "key"))
+    body = json_body(request, ("count", "key", "ids"))
     count = count_of(request, body)
+    as_strings = ids_as_strings(request, body)
     if "key" in body:
         if key is not None:
             raise bad_request("key is given in both the query string and the body; give one.")
@@ -102,16 +107,13 @@ def values(request: HttpRequest, name: str) -> Payload:
             f"Sequence {name!r} takes no key: only sharded sequences do. Send the request "
             f"without a key."
         ) from None
+    shown_as: Any = str if as_strings else int
+    answer: Payload = {"sequence": name, "count": len(got), "values": list(map(shown_as, got))}
     if isinstance(got, range) and got.step == 1:
-        return {
-            "sequence": name,
-            "count": len(got),
-            "values": list(got),
-            "first": got.start,
-            "last": got.stop - 1,
-        }
+        answer["first"] = shown_as(got.start)
+        answer["last"] = shown_as(got.stop - 1)
     # a sharded sequence's values step by the number of shards: first..last would hold others
-    return {"sequence": name, "count": len(got), "values": list(got)}
+    return answer
 
 
 @endpoint("POST")
@@ -141,20 +143,54 @@ def numbers(request: HttpRequest, name: str) -> Payload:
 
 @endpoint("GET")
 def explain(request: HttpRequest, name: str, value: str) -> Payload:
-    """The parts of ``value``, a value of sequence ``name`` (snowflake, timestamp)."""
-    if not _VALUE_RE.match(value):
-        raise bad_request(f"The value to explain must be an integer; got {short(value)}.")
-    number = int(value)
-    if not -(2**63) <= number < 2**63:
-        raise bad_request(
-            f"{number} is not a value of sequence {name!r}: its values are 64-bit integers."
-        )
-    if getattr(registry.get(name, None), "explain", None) is None:
-        raise bad_request(
-            f"Sequence {name!r} issues plain counters, whose values have no parts; only "
-            f"snowflake and timestamp values can be explained."
-        )
-    return {"sequence": name, "value": number, "parts": explain_value(name, number)}
+    """The parts of ``value``: a value of sequence ``name`` (snowflake, timestamp …) or, for a
+    sequence with a template, one of its numbers (``api.explain`` reads the text as a number
+    first, then as a value)."""
+    if has_query(request):
+        unknown = sorted(set(request.GET) - {"ids"})
+        if unknown:
+            raise bad_request(
+                f"Unknown query parameter(s) {', '.join(map(repr, unknown))}; this endpoint "
+                f"takes ids."
+            )
+    as_strings = ids_as_strings(request, {})
+    if not registry.spec(name, None).template:
+        if not _VALUE_RE.match(value):
+            raise bad_request(f"The value to explain must be an integer; got {short(value)}.")
+        number = int(value)
+        if not -(2**63) <= number < 2**63:
+            raise bad_request(
+                f"{number} is not a value of sequence {name!r}: its values are 64-bit integers."
+            )
+        if getattr(registry.get(name, None), "explain", None) is None:
+            raise bad_request(
+                f"Sequence {name!r} issues plain counters, whose values have no parts; only "
+                f"snowflake and timestamp values can be explained."
+            )
+    # a number that does not match the template, and is no value with parts: InvalidNumber, 400
+    got, parts = decode(name, value)
+    if isinstance(got, str):
+        return {"sequence": name, "number": got, "parts": _ids(parts, as_strings)}
+    shown_value: int | str = str(got) if as_strings else got
+    return {"sequence": name, "value": shown_value, "parts": _ids(parts, as_strings)}
+
+
+#: The parts that hold a value (``seq`` of a number; ``inner`` of failover and memory_bits).
+_VALUE_PARTS = ("seq", "inner")
+
+
+def _ids(parts: Payload, as_strings: bool) -> Payload:
+    """``parts`` with the values it holds as decimal strings, when the request asked for them."""
+    if not as_strings:
+        return parts
+    out = dict(parts)
+    for key in _VALUE_PARTS:
+        if isinstance(out.get(key), int) and not isinstance(out[key], bool):
+            out[key] = str(out[key])
+    for key, got in out.items():
+        if isinstance(got, dict):
+            out[key] = _ids(got, as_strings)
+    return out
 
 
 @endpoint("GET")

@@ -14,7 +14,7 @@ from ..conf import app_settings
 from ..core.base import IdGenerator, SequenceSpec
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.heartbeat import default_heartbeat
-from ..core.snowflake import DEFAULT_EPOCH, Layout, SnowflakeGenerator
+from ..core.snowflake import DEFAULT_BITS, DEFAULT_EPOCH, Layout, SnowflakeGenerator
 from ..core.timestamp import (
     DEFAULT_FORMAT,
     LocalTimestampGenerator,
@@ -66,11 +66,13 @@ class SnowflakeStrategy(Strategy):
 
     name = "snowflake"
     options = {
+        # a preset (core/snowflake.py PRESETS: "js53") fills the bit options left out
+        "preset": ((str, type(None)), None),
         "time_unit": (str, "ms"),
         "epoch": ((str, int), DEFAULT_EPOCH),
-        "time_bits": (int, 41),
-        "worker_bits": (int, 10),
-        "sequence_bits": (int, 12),
+        "time_bits": (int, DEFAULT_BITS["time_bits"]),
+        "worker_bits": (int, DEFAULT_BITS["worker_bits"]),
+        "sequence_bits": (int, DEFAULT_BITS["sequence_bits"]),
         **LEASE_OPTIONS,
     }
 
