@@ -1,7 +1,8 @@
 """The JSON HTTP API (docs/http.md): ``views.py`` (the endpoints and the site's error handlers),
-``plumbing.py`` (bearer tokens, JSON answers, errors to status codes, the views' wrapper) and
-``bodies.py`` (reading bodies, query strings and counts). Its URLs are
-``django_sequences.urls``; ``django_sequences.views`` is the stable path of the handlers.
+``plumbing.py`` (bearer tokens, JSON answers, errors to status codes, the views' wrapper),
+``bodies.py`` (reading bodies, query strings and counts), ``openapi.py`` and ``schemas.py``
+(the OpenAPI document). Its URLs are ``django_sequences.urls``; ``django_sequences.views`` is
+the stable path of the handlers.
 
 Re-exported here: :data:`TOKEN_CACHE_SECONDS` (how long a process trusts a token row it read)
 and :data:`tokens`, the process's token cache (``tokens.forget()`` after revoking tokens in this
