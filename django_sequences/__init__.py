@@ -29,19 +29,29 @@ _NUMBERS = (
     "parse_number",
     "validate_number",
 )
+_RESERVATIONS = (
+    "Reservation",
+    "areserve_number",
+    "get_reservation",
+    "reserve_number",
+)
 __all__ = [
+    "Reservation",
     "SequenceHandle",
     "anext_number",
     "anext_numbers",
     "anext_value",
     "anext_values",
+    "areserve_number",
     "explain",
+    "get_reservation",
     "get_sequence",
     "next_number",
     "next_numbers",
     "next_value",
     "next_values",
     "parse_number",
+    "reserve_number",
     "validate_number",
 ]
 
@@ -63,6 +73,7 @@ if TYPE_CHECKING:
         parse_number,
         validate_number,
     )
+    from .reservations import Reservation, areserve_number, get_reservation, reserve_number
 
 
 def __getattr__(name: str) -> Any:
@@ -78,6 +89,11 @@ def __getattr__(name: str) -> Any:
         from . import numbers
 
         value = getattr(numbers, name)
+    elif name in _RESERVATIONS:
+        # on first use, as above (it imports the models)
+        from . import reservations
+
+        value = getattr(reservations, name)
     else:
         raise AttributeError(f"module 'django_sequences' has no attribute {name!r}")
     globals()[name] = value

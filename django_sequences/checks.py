@@ -25,6 +25,7 @@ from .conf import (
 from .core.base import SequenceSpec
 from .core.snowflake import Layout
 from .core.validation import check_bounds, check_name
+from .definitions import check_voided
 from .exceptions import ConfigurationError, InvalidDefinition, InvalidName, SequenceError
 from .fields import SequenceField
 from .formats.template import compile
@@ -314,6 +315,7 @@ def _sequence_problems(seqs: object, s: dict[str, Any]) -> list[Problem]:
             check_bounds(d["step"], d["min_value"], d["max_value"])
             if not isinstance(d["options"], dict):
                 raise InvalidDefinition(f"options must be a dict, not {d['options']!r}")
+            check_voided(name, d["voided"])
             validate(SequenceSpec(name=name, **d))
         except (InvalidName, InvalidDefinition) as exc:
             if getattr(exc, "field", None) == "OBFUSCATION_KEY":

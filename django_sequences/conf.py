@@ -92,6 +92,9 @@ DEFAULTS: dict[str, Any] = {
     # within CAPACITY_HORIZON seconds at the measured rate / by the clock (snowflake time bits).
     "CAPACITY_WARNING": 0.8,
     "CAPACITY_HORIZON": 365 * 86400.0,
+    # Seconds a reservation (reserve_number) stays reserved before it expires when the call
+    # gives no ttl (docs/reservations).
+    "RESERVATION_TTL": 900.0,
 }
 
 #: The fields of a definition, in the order ``Sequence.objects.spec`` reads them.
@@ -104,7 +107,10 @@ SEQUENCE_FIELDS = (
     "template",
     "options",
     "reset",
+    "voided",
 )
+#: What a sequence's reservations do with voided and expired numbers (the ``voided`` field).
+VOIDED_POLICIES = ("keep", "reuse")
 SEQUENCE_KEYS = set(SEQUENCE_FIELDS)
 
 
@@ -161,6 +167,9 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
     h = s["CAPACITY_HORIZON"]
     if not _num(h) or h < 0:
         out.append(_type("CAPACITY_HORIZON", "a number of seconds >= 0", s))
+    r = s["RESERVATION_TTL"]
+    if not _num(r) or not 0 < r <= 365 * 86400:
+        out.append(_type("RESERVATION_TTL", "a number of seconds above 0, at most a year", s))
     for key in ("LEASE_BACKOFF", "LEASE_WAIT_TIMEOUT"):
         if not _num(s[key]) or s[key] < 0:
             out.append(_type(key, "a number of seconds >= 0", s))
@@ -292,6 +301,7 @@ def sequence_defaults(opts: dict[str, Any], s: dict[str, Any] | None = None) -> 
         "template": template,
         "options": options,
         "reset": opts.get("reset", ""),
+        "voided": opts.get("voided", "keep"),
     }
 
 

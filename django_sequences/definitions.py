@@ -25,7 +25,7 @@ from django.db import IntegrityError, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Max
 
-from .conf import SEQUENCE_FIELDS, app_settings, sequence_defaults
+from .conf import SEQUENCE_FIELDS, VOIDED_POLICIES, app_settings, sequence_defaults
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
 from .exceptions import InvalidDefinition, SequenceNotFound
@@ -139,6 +139,7 @@ def _update_definition(
     definition now in force."""
     check_bounds(declared["step"], declared["min_value"], declared["max_value"])
     check_options(stored.name, declared["options"])
+    check_voided(stored.name, declared["voided"])
     new = SequenceSpec(name=stored.name, **declared)
     validate(new)
     check_redefinition(stored, new, using=alias)
@@ -233,6 +234,7 @@ def define(
     template: str = "",
     options: dict[str, Any] | None = None,
     reset: str = "",
+    voided: str = "keep",
     using: str | None = None,
     exist_ok: bool = False,
 ) -> Definition:
@@ -248,6 +250,7 @@ def define(
         template=template,
         options=options,
         reset=reset,
+        voided=voided,
     )
     alias = resolve_alias(using)
     seq = objects.model(name=name, **{f: getattr(spec, f) for f in SEQUENCE_FIELDS})
@@ -293,6 +296,7 @@ def checked_spec(name: str, **given: Any) -> SequenceSpec:
     if not isinstance(f["cycle"], bool):
         raise InvalidDefinition(f"cycle must be True or False; got {shown(f['cycle'])}.")
     check_options(name, f["options"])
+    check_voided(name, f["voided"])
     spec = SequenceSpec(name=name, **{**f, "options": f["options"] or {}})
     validate(spec)
     return spec
@@ -368,6 +372,18 @@ def check_options(name: str, options: object) -> None:
         raise InvalidDefinition(
             f"Sequence {name!r}: options must not hold NUL characters (a database cannot store "
             f"them)."
+        )
+
+
+def check_voided(name: str, voided: object) -> None:
+    """Raise :class:`InvalidDefinition` (``field="voided"``) unless ``voided`` is one of
+    :data:`~django_sequences.conf.VOIDED_POLICIES`."""
+    if voided not in VOIDED_POLICIES:
+        raise InvalidDefinition(
+            f"Sequence {name!r}: voided is 'keep' (a voided or expired reservation stays a gap "
+            f"with its reason) or 'reuse' (the next reservation takes it again); got "
+            f"{shown(voided)}.",
+            field="voided",
         )
 
 

@@ -171,6 +171,36 @@ class ConfigurationError(SequenceError):
     """``DJANGO_SEQUENCES`` holds a value that cannot work (the system checks say the same)."""
 
 
+class ReservationError(SequenceError):
+    """Base class of the errors of reservations (``reserve_number``, ``Reservation.confirm``
+    and ``.void``). ``field``: the argument the error is about (``"ttl"``, ``"reason"``,
+    ``"actor"``, ``"number"``), or None."""
+
+    def __init__(self, message: str = "", *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class InvalidReservation(ReservationError, ValueError):
+    """A bad argument of a reservation call (a ttl that is not a positive number of seconds,
+    an empty void reason, an actor that is not a short str); nothing was taken or written."""
+
+
+class ReservationNotFound(ReservationError, LookupError):
+    """No reservation of this sequence has this number (or value)."""
+
+
+class ReservationExpired(ReservationError):
+    """The reservation was still ``reserved`` past its ``expires_at``: it cannot be confirmed
+    or voided any more (reserve a new number)."""
+
+
+class ReservationSettled(ReservationError):
+    """The reservation is no longer ``reserved``: it was confirmed, voided, marked expired, or
+    its number was taken over by a later reservation (``reuse``). The message says which state
+    and when."""
+
+
 __all__ = [
     "BackendUnavailable",
     "ClockMovedBackwards",
@@ -180,9 +210,14 @@ __all__ = [
     "InvalidKey",
     "InvalidName",
     "InvalidNumber",
+    "InvalidReservation",
     "IssueRejected",
     "LeaseContention",
     "RateLimited",
+    "ReservationError",
+    "ReservationExpired",
+    "ReservationNotFound",
+    "ReservationSettled",
     "SequenceError",
     "SequenceExhausted",
     "SequenceNotFound",

@@ -35,7 +35,7 @@ class SequenceManager(models.Manager[Any]):
         found = on_private(alias, name, lambda w: select(w, qs))
         if not found:
             return None
-        stored, strategy, step, lo, hi, cycle, template, options, reset = found[0]
+        stored, strategy, step, lo, hi, cycle, template, options, reset, voided = found[0]
         return SequenceSpec(
             # the stored spelling: every store key derives from the definition, never from
             # the caller's spelling (a case-insensitive collation would match another one)
@@ -48,6 +48,7 @@ class SequenceManager(models.Manager[Any]):
             template=template,
             options=options if isinstance(options, dict) else {},
             reset=reset,
+            voided=voided,
         )
 
     def provision(
@@ -138,6 +139,7 @@ class SequenceManager(models.Manager[Any]):
         template: str = "",
         options: dict[str, Any] | None = None,
         reset: str = "",
+        voided: str = "keep",
         using: str | None = None,
         exist_ok: bool = False,
     ) -> Any:
@@ -145,6 +147,10 @@ class SequenceManager(models.Manager[Any]):
 
         Without ``step``: ``DEFAULT_STEP``, and a plain segment sequence (no template) leases
         adaptively up to ``DEFAULT_MAX_STEP`` (``options["max_step"]``; docs/concepts.md).
+
+        ``voided``: what reservations (``reserve_number``, ``strict`` sequences only) do with
+        voided and expired numbers: ``"keep"`` them as explained gaps, or ``"reuse"`` them
+        (the lowest first).
 
         With ``exist_ok`` an existing sequence of that name is returned unchanged.
         """
@@ -162,6 +168,7 @@ class SequenceManager(models.Manager[Any]):
             template=template,
             options=options,
             reset=reset,
+            voided=voided,
             using=using,
             exist_ok=exist_ok,
         )
@@ -177,8 +184,8 @@ class SequenceManager(models.Manager[Any]):
     ) -> Defined:
         """Create sequence ``name`` from ``fields`` (keyword arguments of :meth:`define`:
         ``strategy``, ``step``, ``min_value``, ``max_value``, ``cycle``, ``template``,
-        ``reset``; the others take :meth:`define`'s defaults) and ``options``, or, when it
-        exists, change only the fields given and set the keys of ``options`` (other options
+        ``reset``, ``voided``; the others take :meth:`define`'s defaults) and ``options``, or,
+        when it exists, change only the fields given and set the keys of ``options`` (other options
         stay): ``manage.py sequences_define``.
 
         A new definition is checked and written as :meth:`define` does it. A change is

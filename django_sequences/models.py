@@ -13,7 +13,7 @@ from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from .compat import check_constraint
-from .conf import docs_url
+from .conf import VOIDED_POLICIES, docs_url
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
 from .definitions import has_issued, period_change
@@ -70,7 +70,17 @@ class _Bounds(models.Model):
 
 #: Fields of a definition an :class:`InvalidDefinition` may name (``exc.field``).
 _DEFINITION_FIELDS = frozenset(
-    {"step", "min_value", "max_value", "strategy", "options", "template", "reset", "cycle"}
+    {
+        "step",
+        "min_value",
+        "max_value",
+        "strategy",
+        "options",
+        "template",
+        "reset",
+        "cycle",
+        "voided",
+    }
 )
 
 
@@ -115,6 +125,16 @@ class Sequence(_Bounds):
         ),
     )
     options = models.JSONField(_("options"), default=dict, blank=True)
+    voided = models.CharField(
+        _("voided numbers"),
+        max_length=8,
+        default="keep",
+        choices=[("keep", _("keep (the void is the record)")), ("reuse", _("reuse"))],
+        help_text=_(
+            "Reservations (strict sequences): keep a voided or expired number as a gap with "
+            "its reason, or reuse it (the next reservation takes the lowest one first)."
+        ),
+    )
 
     objects = SequenceManager()
 
@@ -147,6 +167,8 @@ class Sequence(_Bounds):
             raise ValidationError(
                 {"options": f"Options are a JSON object (a dict), not {self.options!r}."}
             )
+        if self.voided not in VOIDED_POLICIES:
+            raise ValidationError({"voided": f"voided is 'keep' or 'reuse', not {self.voided!r}."})
         try:
             check_bounds(self.step, self.min_value, self.max_value)
             validate(self.spec())
@@ -190,6 +212,7 @@ class Sequence(_Bounds):
             template=self.template,
             options=dict(self.options or {}),
             reset=self.reset,
+            voided=self.voided,
         )
 
 
@@ -288,6 +311,73 @@ def _keep_mark(sender: type[Segment], instance: Segment, using: str, **kwargs: A
 
 
 pre_delete.connect(_keep_mark, sender=Segment, dispatch_uid="django_sequences.keep_mark")
+
+
+#: The states of a :class:`Reservation` (``reserved`` -> ``confirmed`` | ``voided`` | ``expired``).
+RESERVATION_STATES = ("reserved", "confirmed", "voided", "expired")
+
+
+class Reservation(models.Model):
+    """One value of a ``strict`` sequence taken by ``reserve_number`` and what became of it
+    (``django_sequences.reservations``). Its number is rendered once, when the value is first
+    reserved; a ``reuse`` sequence reserves a voided or expired value again (``attempt`` + 1),
+    and :class:`ReservationEvent` rows keep each step's history."""
+
+    sequence = ExactCharField(_("sequence"), max_length=MAX_NAME_LENGTH)
+    key = ExactCharField(
+        _("counter key"), max_length=MAX_KEY_LENGTH, help_text=_("The counter row's key.")
+    )
+    value = models.BigIntegerField(_("value"))
+    number = models.CharField(_("number"), max_length=255, db_index=True)
+    state = models.CharField(
+        _("state"), max_length=10, choices=[(s, s) for s in RESERVATION_STATES]
+    )
+    reserved_at = models.DateTimeField(_("reserved at"))
+    expires_at = models.DateTimeField(_("expires at"))
+    settled_at = models.DateTimeField(_("settled at"), null=True, blank=True)
+    actor = models.CharField(_("actor"), max_length=255, blank=True, default="")
+    reason = models.TextField(_("reason"), blank=True, default="")
+    attempt = models.PositiveIntegerField(_("attempt"), default=1)
+
+    class Meta:
+        verbose_name = _("reservation")
+        verbose_name_plural = _("reservations")
+        ordering = ["sequence", "key", "value"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["sequence", "key", "value"], name="django_sequences_reservation_unique"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["state", "expires_at"], name="django_sequences_resv_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.number} ({self.state})"
+
+
+class ReservationEvent(models.Model):
+    """One step of a :class:`Reservation`: reserved, confirmed, voided or expired, when, by
+    whom and why (``attempt``: which reservation of the value it belongs to)."""
+
+    reservation = models.ForeignKey(
+        Reservation, on_delete=models.CASCADE, related_name="events", verbose_name=_("reservation")
+    )
+    attempt = models.PositiveIntegerField(_("attempt"))
+    state = models.CharField(
+        _("state"), max_length=10, choices=[(s, s) for s in RESERVATION_STATES]
+    )
+    at = models.DateTimeField(_("at"))
+    actor = models.CharField(_("actor"), max_length=255, blank=True, default="")
+    reason = models.TextField(_("reason"), blank=True, default="")
+
+    class Meta:
+        verbose_name = _("reservation event")
+        verbose_name_plural = _("reservation events")
+        ordering = ["reservation", "at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.reservation_id} #{self.attempt} {self.state}"
 
 
 class IssuedNumber(models.Model):

@@ -25,6 +25,8 @@ class SequenceSpec:
     reset: str = ""
     """When a templated number's counter restarts: "" (from the template's date), "never",
     "year", "month", "day", "hour", "minute" or "second"."""
+    voided: str = "keep"
+    """What reservations do with voided and expired numbers: "keep" or "reuse"."""
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,18 @@ def increment(
         ) from exc
 
 
+def increment_in(
+    model: RowModel, w: BaseDatabaseWrapper, key: str, count: int, name: str
+) -> tuple[int, int] | None:
+    """One strict increment of counter row ``key`` on connection ``w`` in the transaction open
+    there (the reservations write their row in the same one): the range, or None when the
+    optimistic lease it fell back to lost its race (roll back and try again). The row must
+    exist (:func:`create_missing_row`)."""
+    _check_key(key)
+    check_count(count, BIGINT_MAX)
+    return _increment_on(model, w, key, count, name)
+
+
 def _increment_on(
     model: RowModel,
     w: BaseDatabaseWrapper,

@@ -1,0 +1,513 @@
+"""Reservations: business numbers people can audit (issue 16).
+
+``reserve_number("invoice")`` takes a value of a ``strict`` sequence and records it as a
+:class:`~django_sequences.models.Reservation` in one short transaction on the process's private
+lease connection: the counter row is incremented and the reservation row inserted together, so
+a crash (``kill -9``) loses both or neither, and the counter row's lock is held for that tiny
+transaction only, never across the caller's business transaction. The caller then
+:meth:`Reservation.confirm`\\ s or :meth:`Reservation.void`\\ s it (with a reason) before its
+``expires_at``; one still ``reserved`` later counts as expired (:func:`expire` marks it so:
+``sequences_reap``, the Celery reap task).
+
+A sequence's ``voided`` field says what happens to voided and expired numbers: ``keep`` (the
+void is the audit record; the number is never used again) or ``reuse`` (the next reservation of
+the same counter key takes the lowest one first, by compare-and-set on its state and attempt,
+so a confirmed series has no gap once every reservation settled). :func:`audit` accounts for
+every value of a range. Every state change writes a
+:class:`~django_sequences.models.ReservationEvent`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from django.db import DatabaseError
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.sql import UpdateQuery
+from django.db.models.sql.constants import ROW_COUNT
+from django.utils import timezone
+
+from . import numbers
+from .conf import app_settings
+from .core import retry
+from .core.validation import check_name, check_using, shown
+from .exceptions import (
+    InvalidDefinition,
+    InvalidReservation,
+    LeaseContention,
+    ReservationExpired,
+    ReservationNotFound,
+    ReservationSettled,
+    SequenceNotFound,
+)
+from .formats.keys import period_key
+from .models import Reservation as Row
+from .models import ReservationEvent, Segment, Sequence
+from .sources import rows
+from .sources.connections import insert, on_private, resolve_alias, select
+
+_T = TypeVar("_T")
+
+#: Longest ``ttl`` (a year) and ``actor`` (the column's length).
+MAX_TTL = 365 * 86400.0
+MAX_ACTOR = 255
+#: Claims of voided numbers tried per reservation before a fresh value is taken.
+_CLAIM_TRIES = 20
+_FIELDS = (
+    "id",
+    "sequence",
+    "key",
+    "value",
+    "number",
+    "state",
+    "reserved_at",
+    "expires_at",
+    "actor",
+    "attempt",
+)
+
+
+@dataclass
+class Reservation:
+    """A reserved value and its number; :meth:`confirm` or :meth:`void` it before
+    ``expires_at``. ``state`` is ``reserved``, ``confirmed``, ``voided`` or ``expired`` (a
+    reservation still ``reserved`` past ``expires_at`` shows ``expired``)."""
+
+    id: int
+    sequence: str
+    key: str
+    value: int
+    number: str
+    state: str
+    reserved_at: datetime
+    expires_at: datetime
+    actor: str
+    attempt: int
+    alias: str = field(default="", repr=False)
+
+    def confirm(self, *, actor: str | None = None) -> None:
+        """Confirm it: the number is used for good. Raises :class:`ReservationExpired` past
+        ``expires_at``, :class:`ReservationSettled` when it is not ``reserved`` any more."""
+        self._settle("confirmed", _actor(actor) if actor is not None else self.actor, "")
+
+    def void(self, reason: str, *, actor: str | None = None) -> None:
+        """Void it, saying why (``reason``, required): ``keep`` keeps the number as a gap with
+        its reason, ``reuse`` gives it to a later reservation. Raises as :meth:`confirm`."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidReservation(
+                f"A void needs a reason (a non-empty str) for the audit; got {shown(reason)}.",
+                field="reason",
+            )
+        self._settle("voided", _actor(actor) if actor is not None else self.actor, reason)
+
+    async def aconfirm(self, *, actor: str | None = None) -> None:
+        """:meth:`confirm` off the event loop."""
+        await _in_thread(lambda: self.confirm(actor=actor))
+
+    async def avoid(self, reason: str, *, actor: str | None = None) -> None:
+        """:meth:`void` off the event loop."""
+        await _in_thread(lambda: self.void(reason, actor=actor))
+
+    def _settle(self, state: str, actor: str, reason: str) -> None:
+        alias = self.alias or resolve_alias(None)
+
+        def write(w: BaseDatabaseWrapper) -> int:
+            now = timezone.now()
+            changed = _update(
+                w,
+                Row.objects.filter(
+                    pk=self.id, state="reserved", attempt=self.attempt, expires_at__gt=now
+                ),
+                state=state,
+                settled_at=now,
+                actor=actor,
+                reason=reason,
+            )
+            if changed:
+                _event(w, self.id, self.attempt, state, now, actor, reason)
+            return changed
+
+        if _transaction(alias, self.key, write):
+            self.state = state
+            self.actor = actor
+            return
+        row = Row.objects.using(alias).filter(pk=self.id).first()
+        verb = "confirm" if state == "confirmed" else "void"
+        if row is None:
+            raise ReservationNotFound(
+                f"Reservation {self.number!r} of {self.sequence!r} no longer exists.",
+                field="number",
+            )
+        if row.attempt != self.attempt:
+            raise ReservationSettled(
+                f"Cannot {verb} {self.number!r}: it expired or was voided, and a later "
+                f"reservation (attempt {row.attempt}, {row.state}) took the number over at "
+                f"{row.reserved_at.isoformat()}. Reserve a new number.",
+                field="number",
+            )
+        if row.state == "reserved" or row.state == "expired":
+            self.state = "expired"
+            raise ReservationExpired(
+                f"Cannot {verb} {self.number!r}: its reservation expired at "
+                f"{row.expires_at.isoformat()}. Reserve a new number.",
+                field="number",
+            )
+        self.state = row.state
+        when = row.settled_at.isoformat() if row.settled_at else "?"
+        raise ReservationSettled(
+            f"Cannot {verb} {self.number!r}: it was {row.state} already at {when}"
+            f"{' (' + row.reason + ')' if row.reason else ''}.",
+            field="number",
+        )
+
+
+# --- reserving ----------------------------------------------------------------------------------
+
+
+def reserve_number(
+    name: str,
+    *,
+    ttl: float | None = None,
+    actor: str = "",
+    using: str | None = None,
+    **context: Any,
+) -> Reservation:
+    """Reserve the next number of ``strict`` sequence ``name`` for ``ttl`` seconds (default
+    ``DJANGO_SEQUENCES["RESERVATION_TTL"]``). ``context``: what the template's ``{ctx.NAME}``
+    parts read. Every argument is checked before a value is taken (I10)."""
+    seconds = _ttl(ttl)
+    who = _actor(actor)
+    check_using(using)
+    iss = numbers.issuer(name, using)  # SequenceNotFound for an unknown name
+    spec = iss.spec
+    if spec.strategy != "strict":
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r} is a {spec.strategy!r} sequence: reservations take their "
+            f"values from one counter row, so only strict sequences have them. Define a strict "
+            f"sequence for numbers you reserve.",
+            field="strategy",
+        )
+    if isinstance(spec.options.get("shards"), int) and spec.options["shards"] > 1:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r} is sharded (options['shards'] = {spec.options['shards']}): "
+            f"reservations need one counter row per period. Define it without shards.",
+            field="options",
+        )
+    template = iss.template
+    texts = template.context_texts(context or None)  # InvalidKey before any value
+    wall = time.time()
+    key = period_key(spec.name, iss.stamp(wall))
+    alias = iss.alias
+    now = timezone.now()
+    expires = now + timedelta(seconds=seconds)
+    if spec.voided == "reuse":
+        claimed = _claim(alias, spec.name, key, now, expires, who)
+        if claimed is not None:
+            return claimed
+
+    def render(value: int) -> str:
+        return template.renderer(value, wall, context or None, texts)
+
+    return _fresh(alias, spec.name, key, now, expires, who, render)
+
+
+async def areserve_number(
+    name: str,
+    *,
+    ttl: float | None = None,
+    actor: str = "",
+    using: str | None = None,
+    **context: Any,
+) -> Reservation:
+    """:func:`reserve_number` off the event loop (it waits on the database)."""
+    return await _in_thread(
+        lambda: reserve_number(name, ttl=ttl, actor=actor, using=using, **context)
+    )
+
+
+def _fresh(
+    alias: str,
+    name: str,
+    key: str,
+    now: datetime,
+    expires: datetime,
+    actor: str,
+    render: Callable[[int], str],
+) -> Reservation:
+    """A new value from counter row ``key`` and its reservation, in one transaction."""
+    on_private(alias, key, lambda w: _ensure_row(w, key, name))
+
+    def write(w: BaseDatabaseWrapper) -> Reservation | None:
+        taken = rows.increment_in(Segment, w, key, 1, name)
+        if taken is None:
+            return None  # the optimistic fallback lost a race: roll back, try again
+        value = taken[0]
+        row = Row(
+            sequence=name,
+            key=key,
+            value=value,
+            number=render(value),
+            state="reserved",
+            reserved_at=now,
+            expires_at=expires,
+            actor=actor,
+            attempt=1,
+        )
+        insert(w, row)
+        _event(w, row.pk, 1, "reserved", now, actor, "")
+        return _of(row, alias)
+
+    made = _transaction(alias, key, write, retry_none=True)
+    assert made is not None  # (retry_none: a None is retried, never returned)
+    return made
+
+
+def _ensure_row(w: BaseDatabaseWrapper, key: str, name: str) -> None:
+    """Make counter row ``key`` (a period's row on first use) before the transaction: a
+    failed insert inside it would abort it on PostgreSQL."""
+    if not select(w, Segment.objects.filter(key=key).values_list("pk")):
+        rows.create_missing_row(Segment, w, key, name)
+
+
+def _claim(
+    alias: str, name: str, key: str, now: datetime, expires: datetime, actor: str
+) -> Reservation | None:
+    """The lowest voided or expired reservation of counter row ``key``, reserved again
+    (compare-and-set on its state and attempt; a lost race tries the next one), or None."""
+    reusable = Row.objects.filter(sequence=name, key=key, state__in=("voided", "expired"))
+    overdue = Row.objects.filter(sequence=name, key=key, state="reserved", expires_at__lte=now)
+    fields = ("pk", "state", "attempt")
+    for _ in range(_CLAIM_TRIES):
+
+        def read(w: BaseDatabaseWrapper) -> list[Any]:
+            a = select(w, reusable.order_by("value").values_list(*fields, "value")[:4])
+            b = select(w, overdue.order_by("value").values_list(*fields, "value")[:4])
+            return sorted(a + b, key=lambda r: r[3])
+
+        candidates = on_private(alias, key, read)
+        if not candidates:
+            return None
+        for pk, state, attempt, _value in candidates:
+            won = _transaction(alias, key, _claimer(pk, state, attempt, now, expires, actor))
+            if won is not None:
+                return _of(won, alias)
+    return None
+
+
+def _claimer(
+    pk: int, state: str, attempt: int, now: datetime, expires: datetime, actor: str
+) -> Callable[[BaseDatabaseWrapper], Any]:
+    def write(w: BaseDatabaseWrapper) -> Any:
+        match = Row.objects.filter(pk=pk, state=state, attempt=attempt)
+        if state == "reserved":
+            match = match.filter(expires_at__lte=now)
+        changed = _update(
+            w,
+            match,
+            state="reserved",
+            attempt=attempt + 1,
+            reserved_at=now,
+            expires_at=expires,
+            settled_at=None,
+            actor=actor,
+            reason="",
+        )
+        if not changed:
+            return None
+        if state == "reserved":  # its expiry was not recorded yet
+            _event(w, pk, attempt, "expired", now, "", "expired")
+        _event(w, pk, attempt + 1, "reserved", now, actor, "")
+        found = select(w, Row.objects.filter(pk=pk).values_list(*_FIELDS))
+        return Row(**dict(zip(_FIELDS, found[0], strict=True)))
+
+    return write
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def get_reservation(name: str, number: str | int, *, using: str | None = None) -> Reservation:
+    """The reservation of sequence ``name`` with ``number`` (its number string, or its value:
+    an int; of several periods' values, the latest). Raises :class:`SequenceNotFound`,
+    :class:`ReservationNotFound`."""
+    check_name(name)
+    alias = resolve_alias(using)
+    spec = Sequence.objects.spec(name, using=alias)
+    if spec is None:
+        raise SequenceNotFound(name, using=using)
+    found = Row.objects.using(alias).filter(sequence=spec.name)
+    if isinstance(number, str):
+        found = found.filter(number=number)
+    elif isinstance(number, int) and not isinstance(number, bool):
+        found = found.filter(value=number)
+    else:
+        raise InvalidReservation(
+            f"A reservation is found by its number (a str) or value (an int), not {shown(number)}.",
+            field="number",
+        )
+    row = found.order_by("-reserved_at", "-pk").values_list(*_FIELDS).first()
+    if row is None:
+        raise ReservationNotFound(
+            f"Sequence {spec.name!r} has no reservation of {shown(number)}.", field="number"
+        )
+    return _of(Row(**dict(zip(_FIELDS, row, strict=True))), alias)
+
+
+# --- expiry ---------------------------------------------------------------------------------
+
+
+def expire(now: datetime | None = None, *, using: str | None = None) -> int:
+    """Mark every reservation still ``reserved`` past its ``expires_at`` (at ``now``, default:
+    the current time) ``expired``, with an event each; how many. ``sequences_reap`` and the
+    Celery reap task call it."""
+    alias = resolve_alias(using)
+    at = now or timezone.now()
+    overdue = Row.objects.filter(state="reserved", expires_at__lte=at)
+    done = 0
+    while True:
+        batch = on_private(
+            alias, "reservations", lambda w: select(w, overdue.values_list("pk", "attempt")[:200])
+        )
+        if not batch:
+            return done
+        moved = 0
+        for pk, attempt in batch:
+
+            def write(w: BaseDatabaseWrapper, pk: int = pk, attempt: int = attempt) -> int:
+                match = overdue.filter(pk=pk, attempt=attempt)
+                n = _update(w, match, state="expired", settled_at=at, reason="expired")
+                if n:
+                    _event(w, pk, attempt, "expired", at, "", "expired")
+                return n
+
+            moved += _transaction(alias, "reservations", write)
+        done += moved
+        if len(batch) < 200:
+            return done
+
+
+# --- plumbing -------------------------------------------------------------------------------
+
+
+def _ttl(ttl: object) -> float:
+    if ttl is None:
+        return float(app_settings.RESERVATION_TTL)
+    if (
+        not isinstance(ttl, int | float)
+        or isinstance(ttl, bool)
+        or not math.isfinite(ttl)
+        or not 0 < ttl <= MAX_TTL
+    ):
+        raise InvalidReservation(
+            f"ttl is a number of seconds above 0 and at most {MAX_TTL:g} (a year); got "
+            f"{shown(ttl)}. Leave it out for RESERVATION_TTL.",
+            field="ttl",
+        )
+    return float(ttl)
+
+
+def _actor(actor: object) -> str:
+    if not isinstance(actor, str) or len(actor) > MAX_ACTOR or "\x00" in actor:
+        raise InvalidReservation(
+            f"actor is a str of at most {MAX_ACTOR} characters (who reserved, confirmed or "
+            f"voided); got {shown(actor)}.",
+            field="actor",
+        )
+    return actor
+
+
+def _of(row: Any, alias: str) -> Reservation:
+    state = row.state
+    if state == "reserved" and row.expires_at <= timezone.now():
+        state = "expired"
+    return Reservation(
+        id=row.pk,
+        sequence=row.sequence,
+        key=row.key,
+        value=int(row.value),
+        number=row.number,
+        state=state,
+        reserved_at=row.reserved_at,
+        expires_at=row.expires_at,
+        actor=row.actor,
+        attempt=row.attempt,
+        alias=alias,
+    )
+
+
+def _update(w: BaseDatabaseWrapper, qs: Any, **values: Any) -> int:
+    """Run ``qs.update(**values)`` on connection ``w``; rows changed."""
+    query = qs.query.chain(klass=UpdateQuery)
+    query.add_update_values(values)
+    query.annotations = {}
+    query.clear_select_clause()
+    return int(query.get_compiler(connection=w).execute_sql(ROW_COUNT) or 0)
+
+
+def _event(
+    w: BaseDatabaseWrapper,
+    pk: int,
+    attempt: int,
+    state: str,
+    at: datetime,
+    actor: str,
+    reason: str,
+) -> None:
+    insert(
+        w,
+        ReservationEvent(
+            reservation_id=pk, attempt=attempt, state=state, at=at, actor=actor, reason=reason
+        ),
+    )
+
+
+#: Errors of a transaction that lost to another one and may simply run again.
+_TRANSIENT = ("deadlock", "database is locked", "could not serialize", "lock wait timeout")
+
+
+def _transaction(
+    alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T], *, retry_none: bool = False
+) -> _T:
+    """Run ``fn`` in one transaction on the private connection of ``alias`` and commit it
+    (roll back on any error, or when ``retry_none`` and it returns None: then run it again
+    after a back-off, as a deadlock or a busy database is too)."""
+
+    def once() -> tuple[_T] | None:
+        def run(w: BaseDatabaseWrapper) -> tuple[_T] | None:
+            w.set_autocommit(False)
+            try:
+                result = fn(w)
+                if result is None and retry_none:
+                    w.rollback()
+                    return None
+                w.commit()
+                return (result,)
+            except DatabaseError as exc:
+                w.rollback()
+                if any(t in str(exc).lower() for t in _TRANSIENT):
+                    return None
+                raise
+            except BaseException:
+                w.rollback()
+                raise
+            finally:
+                w.set_autocommit(True)
+
+        return on_private(alias, key, run)
+
+    found = retry.until_won(once, app_settings.LEASE_RETRIES, app_settings.LEASE_BACKOFF)
+    if found is None:
+        raise LeaseContention(key, app_settings.LEASE_RETRIES)
+    return found[0]
+
+
+async def _in_thread(fn: Callable[[], _T]) -> _T:
+    # asgiref on first use, as numbers.anext_number does
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(fn, thread_sensitive=False)()
