@@ -32,12 +32,14 @@ from django.db.models.sql import UpdateQuery
 from django.db.models.sql.constants import ROW_COUNT
 from django.utils import timezone
 
-from . import numbers
+from . import numbers, registry
+from .audits import Audit, AuditNumber, Gap, audit
 from .conf import app_settings
 from .core import retry
 from .core.validation import check_name, check_using, shown
 from .exceptions import (
     InvalidDefinition,
+    InvalidKey,
     InvalidReservation,
     LeaseContention,
     ReservationExpired,
@@ -52,6 +54,18 @@ from .sources import rows
 from .sources.connections import insert, on_private, resolve_alias, select
 
 _T = TypeVar("_T")
+
+__all__ = [
+    "Audit",
+    "AuditNumber",
+    "Gap",
+    "Reservation",
+    "areserve_number",
+    "audit",
+    "expire",
+    "get_reservation",
+    "reserve_number",
+]
 
 #: Longest ``ttl`` (a year) and ``actor`` (the column's length).
 MAX_TTL = 365 * 86400.0
@@ -183,8 +197,7 @@ def reserve_number(
     seconds = _ttl(ttl)
     who = _actor(actor)
     check_using(using)
-    iss = numbers.issuer(name, using)  # SequenceNotFound for an unknown name
-    spec = iss.spec
+    spec = registry.build(name, using).spec  # SequenceNotFound for an unknown name
     if spec.strategy != "strict":
         raise InvalidDefinition(
             f"Sequence {spec.name!r} is a {spec.strategy!r} sequence: reservations take their "
@@ -198,20 +211,30 @@ def reserve_number(
             f"reservations need one counter row per period. Define it without shards.",
             field="options",
         )
-    template = iss.template
-    texts = template.context_texts(context or None)  # InvalidKey before any value
     wall = time.time()
-    key = period_key(spec.name, iss.stamp(wall))
-    alias = iss.alias
+    render: Callable[[int], str] = str  # no template: the number is the value
+    key = spec.name
+    if spec.template:
+        iss = numbers.issuer(name, using)
+        template = iss.template
+        texts = template.context_texts(context or None)  # InvalidKey before any value
+        key = period_key(spec.name, iss.stamp(wall))
+
+        def render(value: int) -> str:
+            return template.renderer(value, wall, context or None, texts)
+
+    elif context:
+        raise InvalidKey(
+            f"Sequence {spec.name!r} has no template, so it reads no context; got "
+            f"{sorted(context)}."
+        )
+    alias = resolve_alias(using)
     now = timezone.now()
     expires = now + timedelta(seconds=seconds)
     if spec.voided == "reuse":
         claimed = _claim(alias, spec.name, key, now, expires, who)
         if claimed is not None:
             return claimed
-
-    def render(value: int) -> str:
-        return template.renderer(value, wall, context or None, texts)
 
     return _fresh(alias, spec.name, key, now, expires, who, render)
 

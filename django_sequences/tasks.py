@@ -20,6 +20,7 @@ with a :class:`~django_sequences.exceptions.ConfigurationError` naming the extra
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import timedelta
@@ -32,6 +33,8 @@ try:
     from celery import shared_task  # type: ignore[import-untyped]
 except ImportError:  # the celery extra is not installed: the tasks are stand-ins (Unsent)
     shared_task = None
+
+log = logging.getLogger("django_sequences.tasks")
 
 #: The tasks' registered names (stable: beat schedules and routes refer to them).
 PREWARM = "django_sequences.prewarm"
@@ -140,12 +143,18 @@ def heartbeat() -> list[dict[str, Any]]:
 @_task(REAP)
 def reap_worker_leases(using: str | None = None) -> list[dict[str, Any]]:
     """Release the worker leases that expired by the database's clock, keeping their
-    ``last_timestamp``. Safe twice: each release is a conditional update on the version and
+    ``last_timestamp``, and mark the reservations past their ``expires_at`` expired
+    (``ops.maintenance.expire_reservations``; logged, the result stays the released leases).
+    Safe twice: each release is a conditional update on the version and
     expiry read, so of two concurrent runs one releases a row, and a renewed lease is left
     alone (``WorkerLease.objects.reap``)."""
     from .models import WorkerLease  # the Celery app imports tasks before django.setup()
+    from .ops import maintenance  # as above
 
     reaped = WorkerLease.objects.reap(using=using)
+    expired = maintenance.expire_reservations(using=using)
+    if expired:
+        log.info("Marked %d overdue reservations expired.", expired)
     return [{**asdict(r), "expires_at": r.expires_at.isoformat()} for r in reaped]
 
 

@@ -591,4 +591,8 @@ def test_reap_releases_expired_leases_only() -> None:
     assert WorkerLease.objects.get(namespace="cmd.other").owner_uuid == "owner-0"
     assert lines("sequences_reap", "--namespace", "cmd.sf") == [Reap.NOTHING]
     assert json.loads(run("sequences_reap", "--json"))["leases"][0]["namespace"] == "cmd.other"
-    assert json.loads(run("sequences_reap", "--json")) == {"dry_run": False, "leases": []}
+    assert json.loads(run("sequences_reap", "--json")) == {
+        "dry_run": False,
+        "leases": [],
+        "reservations_expired": 0,
+    }

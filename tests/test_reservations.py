@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import timedelta
+from io import StringIO
+from typing import Any
 
 import pytest
+from django.core.checks import run_checks
+from django.core.management import CommandError, call_command
+from django.utils import timezone
 
-from django_sequences import reservations
+from django_sequences import next_value, reservations
+from django_sequences.audits import Gap
+from django_sequences.exceptions import (
+    InvalidDefinition,
+    InvalidKey,
+    InvalidReservation,
+    ReservationExpired,
+    ReservationNotFound,
+    ReservationSettled,
+    SequenceNotFound,
+)
 from django_sequences.models import Reservation as Row
-from django_sequences.models import ReservationEvent, Sequence
+from django_sequences.models import ReservationEvent, Segment, Sequence
 
 from .conftest import rows
 
@@ -33,3 +50,191 @@ def test_lifecycle_reserve_confirm_void() -> None:
     got = reservations.get_reservation("inv", "INV00002")
     assert (got.value, got.state, got.actor) == (2, "voided", "bob")
     assert reservations.get_reservation("inv", 1).state == "confirmed"
+
+
+def _counter(key: str) -> int:
+    return int(Segment.objects.get(key=key).value)
+
+
+def test_refusals_consume_nothing() -> None:
+    Sequence.objects.define("inv", strategy="strict", template="INV{ctx.branch}{seq:04}")
+    Sequence.objects.define("plain", strategy="segment")
+    Sequence.objects.define("shard", strategy="strict", options={"shards": 2})
+    before = _counter("inv")
+    with pytest.raises(SequenceNotFound):
+        reservations.reserve_number("nope", branch="A")
+    with pytest.raises(InvalidDefinition, match="a .segment. sequence") as wrong:
+        reservations.reserve_number("plain")
+    assert wrong.value.field == "strategy"
+    with pytest.raises(InvalidDefinition, match="sharded"):
+        reservations.reserve_number("shard")
+    bad_ttls: tuple[Any, ...] = (0, -1, float("nan"), float("inf"), True, "10", 10**9)
+    for ttl in bad_ttls:
+        with pytest.raises(InvalidReservation, match="ttl") as bad:
+            reservations.reserve_number("inv", ttl=ttl, branch="A")
+        assert bad.value.field == "ttl"
+    with pytest.raises(InvalidReservation) as actor:
+        reservations.reserve_number("inv", actor=5, branch="A")  # type: ignore[arg-type]
+    assert actor.value.field == "actor"
+    with pytest.raises(InvalidKey):
+        reservations.reserve_number("inv")  # the template's ctx.branch is missing
+    assert _counter("inv") == before
+    assert not Row.objects.exists()
+    r = reservations.reserve_number("inv", branch="B", ttl=5)
+    assert (r.number, r.value) == ("INVB0001", 1)
+    for reason in ("", "   ", None):
+        with pytest.raises(InvalidReservation) as empty:
+            r.void(reason)  # type: ignore[arg-type]
+        assert empty.value.field == "reason"
+    assert Row.objects.get().state == "reserved"
+
+
+def test_confirm_twice_and_void_after_confirm_are_refused() -> None:
+    Sequence.objects.define("inv", strategy="strict")
+    r = reservations.reserve_number("inv")
+    r.confirm(actor="carol")
+    stale = reservations.get_reservation("inv", r.value)
+    with pytest.raises(ReservationSettled, match="confirmed already"):
+        r.confirm()
+    with pytest.raises(ReservationSettled, match="confirmed already"):
+        stale.void("too late")
+    assert Row.objects.get().state == "confirmed"
+    assert ReservationEvent.objects.filter(state="confirmed").count() == 1
+    with pytest.raises(ReservationNotFound):
+        reservations.get_reservation("inv", "42")
+    with pytest.raises(SequenceNotFound):
+        reservations.get_reservation("nope", 1)
+
+
+def test_expiry_refuses_confirm_and_reap_marks_it() -> None:
+    Sequence.objects.define("inv", strategy="strict")
+    r = reservations.reserve_number("inv", ttl=60)
+    kept = reservations.reserve_number("inv", ttl=60)
+    Row.objects.filter(pk=r.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert reservations.get_reservation("inv", r.value).state == "expired"
+    with pytest.raises(ReservationExpired, match="expired at"):
+        r.confirm()
+    with pytest.raises(ReservationExpired):
+        r.void("late")
+    out = StringIO()
+    call_command("sequences_reap", "--dry-run", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["reservations_expired"] == 1 and "leases" in data
+    out = StringIO()
+    call_command("sequences_reap", stdout=out)
+    assert "marked 1 overdue reservation(s) expired" in out.getvalue()
+    assert Row.objects.get(pk=r.id).state == "expired"
+    assert Row.objects.get(pk=kept.id).state == "reserved"
+    assert reservations.expire() == 0  # twice: nothing left
+    assert list(
+        ReservationEvent.objects.filter(reservation_id=r.id).values_list("state", flat=True)
+    ) == ["reserved", "expired"]
+    kept.confirm()
+
+
+def test_reuse_takes_the_lowest_voided_first() -> None:
+    Sequence.objects.define("inv", strategy="strict", template="R{seq:03}", voided="reuse")
+    got = [reservations.reserve_number("inv") for _ in range(5)]
+    got[3].void("dup order")
+    got[1].void("typo")
+    Row.objects.filter(pk=got[4].id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    again = [reservations.reserve_number("inv", actor="dan") for _ in range(4)]
+    assert [r.number for r in again] == ["R002", "R004", "R005", "R006"]
+    assert [r.attempt for r in again] == [2, 2, 2, 1]
+    with pytest.raises(ReservationSettled, match="later reservation"):
+        got[1].confirm()  # its number went to again[0]
+    for r in [got[0], got[2], *again]:
+        r.confirm()
+    found = reservations.audit("inv")
+    assert (found.first, found.last) == (None, None)
+    assert found.gaps == [] and found.duplicates == []
+    assert found.states == {"confirmed": 6}
+    assert [(v.number, v.state, v.reason) for v in found.voids] == [
+        ("R004", "voided", "dup order"),
+        ("R002", "voided", "typo"),
+        ("R005", "expired", "expired"),
+    ]
+
+
+def test_keep_never_reuses_and_audit_shows_voids() -> None:
+    Sequence.objects.define("inv", strategy="strict", template="K{seq:03}")
+    a, b, c = (reservations.reserve_number("inv") for _ in range(3))
+    b.void("printer jam", actor="eve")
+    a.confirm()
+    c.confirm()
+    d = reservations.reserve_number("inv")
+    assert d.number == "K004"
+    d.confirm()
+    next_value("inv")  # a value taken without a reservation: a gap the audit shows
+    found = reservations.audit("inv")
+    assert found.gaps == [Gap(5, 5, "inv")]
+    assert found.states == {"confirmed": 3, "voided": 1}
+    assert [(n.value, n.state) for n in found.numbers] == [
+        (1, "confirmed"),
+        (2, "voided"),
+        (3, "confirmed"),
+        (4, "confirmed"),
+    ]
+    assert [(v.number, v.actor, v.reason) for v in found.voids] == [("K002", "eve", "printer jam")]
+    assert reservations.audit("inv", first=2, last=3).states == {"voided": 1, "confirmed": 1}
+    out = StringIO()
+    call_command("sequences_audit", "inv", stdout=out)
+    text = out.getvalue()
+    assert "gaps: inv 5" in text and "K002" in text and "printer jam" in text
+    assert "duplicates: none" in text
+    out = StringIO()
+    call_command("sequences_audit", "inv", "--from", "1", "--to", "2", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["gaps"] == [] and data["states"] == {"confirmed": 1, "voided": 1}
+    assert data["voids"][0]["reason"] == "printer jam"
+    with pytest.raises(CommandError, match="first"):
+        call_command("sequences_audit", "inv", "--from", "3", "--to", "2")
+    with pytest.raises(CommandError, match="nope"):
+        call_command("sequences_audit", "nope")
+
+
+def test_per_period_keys() -> None:
+    Sequence.objects.define(
+        "inv", strategy="strict", template="P{date:%Y%m}-{seq:03}", voided="reuse"
+    )
+    r = reservations.reserve_number("inv")
+    month = timezone.localtime().strftime("%Y%m")
+    assert r.key == f"inv:{month}" and r.number == f"P{month}-001"
+    assert _counter(f"inv:{month}") == 1
+    r.void("test")
+    assert reservations.reserve_number("inv").number == f"P{month}-001"
+    assert reservations.audit("inv", key=f"inv:{month}").keys == [f"inv:{month}"]
+
+
+def test_voided_field_is_checked_and_threaded() -> None:
+    with pytest.raises(InvalidDefinition, match="voided") as bad:
+        Sequence.objects.define("inv", strategy="strict", voided="recycle")
+    assert bad.value.field == "voided"
+    assert not Sequence.objects.filter(name="inv").exists()
+    Sequence.objects.define("inv", strategy="strict")
+    assert Sequence.objects.spec("inv").voided == "keep"  # type: ignore[union-attr]
+    done = Sequence.objects.define_or_update("inv", voided="reuse")
+    assert [(d.field, d.stored, d.declared) for d in done.changes] == [("voided", "keep", "reuse")]
+    assert Sequence.objects.get(name="inv").voided == "reuse"
+
+
+def test_declared_voided_is_checked(settings: Any) -> None:
+    settings.DJANGO_SEQUENCES = {"SEQUENCES": {"inv": {"strategy": "strict", "voided": "nah"}}}
+    found = [m for m in run_checks() if m.id == "django_sequences.E006"]
+    assert found and "voided" in found[0].msg
+    settings.DJANGO_SEQUENCES = {"RESERVATION_TTL": 0}
+    assert any(m.id == "django_sequences.E003" for m in run_checks())
+
+
+def test_async_twins() -> None:
+    Sequence.objects.define("inv", strategy="strict")
+
+    async def main() -> tuple[reservations.Reservation, reservations.Reservation]:
+        r = await reservations.areserve_number("inv")
+        await r.aconfirm()
+        s = await reservations.areserve_number("inv")
+        await s.avoid("async test")
+        return r, s
+
+    r, s = asyncio.run(main())
+    assert (r.state, s.state, s.value) == ("confirmed", "voided", 2)

@@ -574,3 +574,16 @@ def _raise_row(
         f"being raised; nothing was written. Run the raise again.",
         field="version",
     )
+
+
+def expire_reservations(*, using: str | None = None, dry_run: bool = False) -> int:
+    """Mark the reservations still ``reserved`` past their ``expires_at`` ``expired`` (with
+    an event each); how many (``dry_run``: how many would be, nothing written). Safe twice:
+    each one is a conditional update on its state and attempt (``reservations.expire``)."""
+    from .. import reservations  # it imports numbers and the registry: only when reaping
+
+    if dry_run:
+        alias = resolve_alias(using)
+        overdue = reservations.Row.objects.using(alias)
+        return int(overdue.filter(state="reserved", expires_at__lte=timezone.now()).count())
+    return reservations.expire(using=using)

@@ -1,8 +1,9 @@
-"""``manage.py sequences_reap``: the issue's *reap*: release expired worker-id leases.
+"""``manage.py sequences_reap``: the issue's *reap*: release expired worker-id leases, and
+mark the reservations past their ``expires_at`` expired.
 
 A thin wrapper over :meth:`WorkerLease.objects.reap
 <django_sequences.sources.workers.WorkerLeaseManager.reap>` (database worker store; leases in
-Redis expire by themselves).
+Redis expire by themselves) and ``ops.maintenance.expire_reservations``.
 """
 
 from __future__ import annotations
@@ -13,15 +14,21 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from ...models import WorkerLease
+from ...ops import maintenance
 from ..base import SequenceCommand
 
 
 class Command(SequenceCommand):
-    help = "Release the worker-id leases (snowflake, timestamp) whose time has run out."
+    help = (
+        "Release the worker-id leases (snowflake, timestamp) whose time has run out, and mark "
+        "the reservations past their expiry expired (--namespace limits the leases only)."
+    )
 
     RELEASED = "released {namespace}#{worker_id} (held by {holder}, expired {expires_at})"
     WOULD_RELEASE = "would release {namespace}#{worker_id} (held by {holder}, expired {expires_at})"
     NOTHING = "No expired worker leases."
+    EXPIRED = "marked {count} overdue reservation(s) expired"
+    WOULD_EXPIRE = "would mark {count} overdue reservation(s) expired"
     database_help = "alias holding the leases"
     dry_run_help = "only say what would go"
     json_help = "print the leases as JSON"
@@ -34,10 +41,15 @@ class Command(SequenceCommand):
         reaped = WorkerLease.objects.reap(
             namespace=options["namespace"], dry_run=dry_run, using=options["database"]
         )
+        expired = maintenance.expire_reservations(using=options["database"], dry_run=dry_run)
         if options["json"]:
             leases = [{**asdict(r), "expires_at": r.expires_at.isoformat()} for r in reaped]
-            self.write_json({"dry_run": dry_run, "leases": leases})
+            self.write_json({"dry_run": dry_run, "leases": leases, "reservations_expired": expired})
             return
+        if expired:
+            self.stdout.write(
+                (self.WOULD_EXPIRE if dry_run else self.EXPIRED).format(count=expired)
+            )
         if not reaped:
             self.stdout.write(self.NOTHING)
         message = self.WOULD_RELEASE if dry_run else self.RELEASED
