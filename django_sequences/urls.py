@@ -16,7 +16,7 @@ from __future__ import annotations
 from django.urls import path, re_path, register_converter
 from django.urls.converters import PathConverter
 
-from .http import views
+from .http import reservations, views
 
 
 class NameConverter(PathConverter):
@@ -36,10 +36,23 @@ urlpatterns = [
     path("<sequence_name:name>/values", views.values, name="values"),
     path("<sequence_name:name>/numbers", views.numbers, name="numbers"),
     path("<sequence_name:name>/status", views.status, name="status"),
+    path("<sequence_name:name>/reservations", reservations.reserve, name="reserve"),
     # the same with a trailing slash, as clients (and some HTTP libraries) write them
     path("<sequence_name:name>/values/", views.values),
     path("<sequence_name:name>/numbers/", views.numbers),
     path("<sequence_name:name>/status/", views.status),
+    path("<sequence_name:name>/reservations/", reservations.reserve),
+    # a reserved number may hold '/' too (as it is or as %2F)
+    re_path(
+        r"^(?P<name>(?s:.+))/reservations/(?P<number>(?s:.+?))/confirm/?\Z",
+        reservations.confirm,
+        name="confirm",
+    ),
+    re_path(
+        r"^(?P<name>(?s:.+))/reservations/(?P<number>(?s:.+?))/void/?\Z",
+        reservations.void,
+        name="void",
+    ),
     # a number to explain may hold '/' (sent as it is or as %2F): the value takes any text but
     # a trailing slash; after the fixed endpoints, so that <name>/status stays status
     re_path(r"^(?P<name>(?s:.+))/explain/(?P<value>(?s:.+?))/?\Z", views.explain, name="explain"),

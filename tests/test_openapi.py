@@ -62,8 +62,9 @@ CHECKS = [
 #: The sequences the generated requests name (besides the names schemathesis makes up): one of
 #: each kind, so that every answer the views give comes back: a segment counter, a templated
 #: number with a context entry, snowflake and timestamp values to explain, a sharded strict
-#: sequence that takes a key, and one that is soon exhausted (409).
-NAMES = ["order", "shop/waybill", "events", "stamp", "msg", "tiny"]
+#: sequence that takes a key, one that is soon exhausted (409), and a strict one with a
+#: template whose numbers are reserved (with '/' in them).
+NAMES = ["order", "shop/waybill", "events", "stamp", "msg", "tiny", "inv"]
 
 
 def define_sequences() -> None:
@@ -73,6 +74,7 @@ def define_sequences() -> None:
     Sequence.objects.define("stamp", strategy="timestamp", options={"counter": "local"})
     Sequence.objects.define("msg", strategy="strict", options={"shards": 4})
     Sequence.objects.define("tiny", max_value=20, step=5)
+    Sequence.objects.define("inv", strategy="strict", template="INV/{seq:05}")
 
 
 @pytest.fixture(autouse=True)
@@ -109,11 +111,19 @@ def test_it_describes_every_endpoint_and_status() -> None:
         "/{name}/numbers",
         "/{name}/explain/{value}",
         "/{name}/status",
+        "/{name}/reservations",
+        "/{name}/reservations/{number}/confirm",
+        "/{name}/reservations/{number}/void",
         "/openapi.json",
     }
     issuing = {"200", "400", "401", "403", "404", "405", "409", "411", "429", "500", "503"}
     for p in ("/{name}/values", "/{name}/numbers"):
         assert set(document["paths"][p]["post"]["responses"]) == issuing
+    reserving = document["paths"]["/{name}/reservations"]["post"]["responses"]
+    assert set(reserving) == issuing - {"200"} | {"201"}
+    for action in ("confirm", "void"):
+        settling = document["paths"][f"/{{name}}/reservations/{{number}}/{action}"]["post"]
+        assert set(settling["responses"]) == issuing - {"429"}
     assert document["components"]["securitySchemes"]["bearer"] == {
         **document["components"]["securitySchemes"]["bearer"],
         "type": "http",
@@ -249,6 +259,16 @@ ANSWERED: list[tuple[str, str, dict[str, Any]]] = [
     ),
     ("/{name}/status", "GET", {"path_parameters": {"name": "order"}}),
     ("/openapi.json", "GET", {}),
+    ("/{name}/reservations", "POST", {"path_parameters": {"name": "inv"}}),
+    (
+        "/{name}/reservations",
+        "POST",
+        {
+            "path_parameters": {"name": "inv"},
+            "query": {"ids": "string"},
+            "body": {"ttl": 30.5, "actor": "me", "context": {}},
+        },
+    ),
 ]
 
 
@@ -261,7 +281,7 @@ def test_a_request_each_operation_accepts_answers_200_as_described(
         parts = {**parts, "media_type": "application/json"}
     case = operation.Case(**parts)
     response = case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=CHECKS)
-    assert response.status_code == 200, response.text
+    assert response.status_code == (201 if path.endswith("/reservations") else 200), response.text
 
 
 def test_an_issued_value_explains_as_described(token: str) -> None:
@@ -289,3 +309,31 @@ def test_an_issued_number_explains_as_described(token: str, ids: str) -> None:
     assert response.status_code == 200, response.text
     seq = response.json()["parts"]["seq"]
     assert response.json()["number"] == number and seq == (str(seq) if ids == "string" else 1)
+
+
+@pytest.mark.parametrize(
+    ("action", "body", "state"),
+    [("confirm", {"actor": "billing"}, "confirmed"), ("void", {"reason": "typo"}, "voided")],
+)
+def test_a_reserved_number_settles_as_described(
+    token: str, action: str, body: dict[str, Any], state: str
+) -> None:
+    """confirm and void of a reservation answer 200 as described; again, 409 as described."""
+    client = Client(headers={"authorization": f"Bearer {token}"})
+    answer = client.post("/ids/inv/reservations", content_type="application/json")
+    number = json.loads(answer.content)["number"]
+    assert "/" in number
+    answers = []
+    for status in (200, 409):
+        case = schema[f"/{{name}}/reservations/{{number}}/{action}"]["POST"].Case(
+            path_parameters={"name": "inv", "number": number},
+            body=body,
+            media_type="application/json",
+        )
+        response = case.call_and_validate(
+            headers={"Authorization": f"Bearer {token}"}, checks=CHECKS
+        )
+        assert response.status_code == status, response.text
+        answers.append(response.json())
+    assert answers[0]["state"] == state and answers[0]["number"] == number
+    assert answers[1]["error"]["code"] == "settled"

@@ -21,6 +21,8 @@ import functools
 from collections.abc import Callable
 
 from ..conf import app_settings, docs_url
+from ..reservations import MAX_ACTOR, MAX_TTL
+from .bodies import MAX_REASON
 from .schemas import (
     COMMON,
     ERROR_RESPONSES,
@@ -28,6 +30,7 @@ from .schemas import (
     ISSUING,
     JSON,
     Doc,
+    created,
     error_response,
     errors,
     ok,
@@ -37,7 +40,7 @@ from .schemas import (
 
 OPENAPI_VERSION = "3.1.0"
 #: Version of this description (``info.version``); raise it when the API changes.
-API_VERSION = "1.1.0"
+API_VERSION = "1.2.0"
 
 
 def name_parameter() -> Doc:
@@ -205,6 +208,104 @@ def status_path() -> Doc:
     }
 
 
+def actor_field() -> Doc:
+    return {
+        "type": "string",
+        "maxLength": MAX_ACTOR,
+        "description": "Who does this (a user name, a service), kept for the audit.",
+    }
+
+
+def reservations_path() -> Doc:
+    return {
+        "parameters": [ref("parameters", "Name")],
+        "post": {
+            "operationId": "reserveNumber",
+            "tags": ["reservations"],
+            "summary": "Reserve a number",
+            "description": "Reserve the next number of an unsharded strict sequence (with "
+            "voided='reuse', the lowest voided or expired number first) until expires_at; "
+            "confirm or void it before then. Other sequences are refused (400). The context "
+            "of the number is the body's context object (the query string takes only ids).",
+            "parameters": [ids_query()],
+            "requestBody": body(
+                {
+                    "ttl": {
+                        "type": "number",
+                        "exclusiveMinimum": 0,
+                        "maximum": MAX_TTL,
+                        "description": "Seconds the reservation holds; default the server's "
+                        "RESERVATION_TTL.",
+                    },
+                    "context": ref("schemas", "Context"),
+                    "actor": actor_field(),
+                    "ids": ref("schemas", "Ids"),
+                },
+                {"ttl": 600, "context": {"area": "010"}, "actor": "checkout"},
+            ),
+            "responses": {
+                "201": created("The reservation.", ref("schemas", "Reservation")),
+                **errors(*ISSUING),
+            },
+        },
+    }
+
+
+def settle_path(action: str) -> Callable[[], Doc]:
+    """The path item of ``confirm`` or ``void``."""
+    fields: Doc = {"actor": actor_field(), "ids": ref("schemas", "Ids")}
+    example: Doc = {"actor": "billing"}
+    if action == "void":
+        fields = {
+            "reason": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_REASON,
+                "description": "Why the number is voided (required; the audit shows it).",
+            },
+            **fields,
+        }
+        example = {"reason": "order cancelled", **example}
+    what = {
+        "confirm": ("confirmReservation", "Confirm a reservation: the number is used."),
+        "void": ("voidReservation", "Void a reservation, saying why: the number is not used."),
+    }[action]
+
+    def item() -> Doc:
+        request = body(fields, example)
+        if action == "void":
+            request["required"] = True
+            request["content"][JSON]["schema"]["required"] = ["reason"]
+        return {
+            "parameters": [
+                ref("parameters", "Name"),
+                {
+                    "name": "number",
+                    "in": "path",
+                    "required": True,
+                    "description": "The reserved number as issued ('/' as it is or as %2F); "
+                    "decimal digits that are no reservation's number are read as its value.",
+                    "schema": {"type": "string", "minLength": 1},
+                },
+            ],
+            "post": {
+                "operationId": what[0],
+                "tags": ["reservations"],
+                "summary": what[1],
+                "description": f"{what[1]} Unknown: 404; expired or settled already: 409 "
+                "(nothing changes).",
+                "parameters": [ids_query()],
+                "requestBody": request,
+                "responses": {
+                    "200": ok("The reservation now.", ref("schemas", "Reservation")),
+                    **errors(*COMMON, 409, 411),
+                },
+            },
+        }
+
+    return item
+
+
 def document_path() -> Doc:
     return {
         "get": {
@@ -227,6 +328,9 @@ PATHS: tuple[tuple[str, Callable[[], Doc]], ...] = (
     ("/{name}/numbers", numbers_path),
     ("/{name}/explain/{value}", explain_path),
     ("/{name}/status", status_path),
+    ("/{name}/reservations", reservations_path),
+    ("/{name}/reservations/{number}/confirm", settle_path("confirm")),
+    ("/{name}/reservations/{number}/void", settle_path("void")),
     ("/openapi.json", document_path),
 )
 
@@ -257,6 +361,11 @@ def _base(max_count: int) -> Doc:
         "externalDocs": {"description": "The JSON HTTP API", "url": docs_url("http")},
         "tags": [
             {"name": "sequences", "description": "Issue values and numbers, and look at them."},
+            {
+                "name": "reservations",
+                "description": "Reserve a number, then confirm or void it: every number of "
+                "the series is accounted for.",
+            },
             {"name": "meta", "description": "This description."},
         ],
         "security": [{"bearer": []}],

@@ -56,6 +56,9 @@ from ..exceptions import (
     IssueRejected,
     LeaseContention,
     RateLimited,
+    ReservationExpired,
+    ReservationNotFound,
+    ReservationSettled,
     SequenceError,
     SequenceExhausted,
     SequenceNotFound,
@@ -154,6 +157,9 @@ ADMIN = "the server's administrator"
 ERRORS: tuple[tuple[type[BaseException], int, str, Mapping[str, str]], ...] = (
     (SequenceNotFound, 404, "not_found", {}),
     (InvalidName, 404, "not_found", {}),  # a name that is not valid names no sequence
+    (ReservationNotFound, 404, "not_found", {}),
+    (ReservationExpired, 409, "expired", {}),
+    (ReservationSettled, 409, "settled", {}),
     (SequenceExhausted, 409, "exhausted", {}),
     (RateLimited, 429, "rate_limited", _RETRY),
     # WorkerLeaseLost is a BackendUnavailable
@@ -167,7 +173,7 @@ ERRORS: tuple[tuple[type[BaseException], int, str, Mapping[str, str]], ...] = (
     # (numbers of a sequence without a template and explain of plain counters are refused
     # by the views first, with a 400)
     (InvalidDefinition, 500, "internal", {}),
-    # InvalidCount, InvalidKey, InvalidNumber
+    # InvalidCount, InvalidKey, InvalidNumber, InvalidReservation
     (ValueError, 400, "bad_request", {}),
     # RequestDataTooBig, TooManyFieldsSent, ...: Django refusing what the client sent
     (SuspiciousOperation, 400, "bad_request", {}),
@@ -253,9 +259,10 @@ def message_for(exc: BaseException) -> str:
     if isinstance(exc, SuspiciousOperation):
         return "The server refused the request as malformed; check the URL and the body."
     if isinstance(exc, SequenceError):
-        # InvalidName, InvalidKey, InvalidNumber, RateLimited: their text says
-        # what was wrong with the value itself (the views check first what a client cannot
-        # read in them: keys of unsharded sequences, a missing context)
+        # InvalidName, InvalidKey, InvalidNumber, RateLimited, the reservation errors: their
+        # text says what was wrong with the value or the reservation itself (the views check
+        # first what a client cannot read in them: keys of unsharded sequences, a missing
+        # context)
         return str(exc)
     return f"The request was refused ({type(exc).__name__}); the server log has the details."
 
@@ -429,10 +436,11 @@ def method_not_allowed(request: HttpRequest, allow: str) -> HttpResponse:
     )
 
 
-def endpoint(*methods: str) -> Callable[[ApiView[P]], DjangoView[P]]:
+def endpoint(*methods: str, status: int = 200) -> Callable[[ApiView[P]], DjangoView[P]]:
     """Make ``view(request, name, …) -> payload`` an API view: only ``methods`` (else 405),
-    a bearer token allowed sequence ``name`` (else 401/403), the payload as JSON, and every
-    error as ``{"error": {"code", "message"}}`` with its status (:data:`ERRORS`).
+    a bearer token allowed sequence ``name`` (else 401/403), the payload as JSON with
+    ``status`` (201 for what makes a resource), and every error as
+    ``{"error": {"code", "message"}}`` with its status (:data:`ERRORS`).
 
     Exempt from CSRF: only bearer tokens are accepted, never a session (module docstring).
     """
@@ -450,7 +458,7 @@ def endpoint(*methods: str) -> Callable[[ApiView[P]], DjangoView[P]]:
                 return exc.response()
             except Exception as exc:
                 return error_for(exc)
-            return json_response(payload)
+            return json_response(payload, status)
 
         return csrf_exempt(run)
 

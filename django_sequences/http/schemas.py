@@ -32,6 +32,11 @@ def ok(description: str, schema: Doc) -> Doc:
     }
 
 
+def created(description: str, schema: Doc) -> Doc:
+    """A 201 answer (something was made), otherwise as :func:`ok`."""
+    return ok(description, schema)
+
+
 def errors(*statuses: int) -> Doc:
     """The error answers ``statuses`` (components/responses), keyed by status code."""
     return {str(s): ref("responses", ERROR_RESPONSES[s][0]) for s in statuses}
@@ -83,11 +88,12 @@ ERROR_RESPONSES: dict[int, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = 
         ("Allow",),
     ),
     409: (
-        "Exhausted",
+        "Conflict",
         "The sequence reached its max_value and does not cycle, or fewer values are left than "
         "asked for (nothing was issued), or a number overflowed its fixed width (its value is "
-        "a gap).",
-        ("exhausted",),
+        "a gap): code exhausted. A reservation past its expires_at (code expired) or settled "
+        "already, confirmed, voided or taken over by a reuse (code settled): nothing changed.",
+        ("exhausted", "expired", "settled"),
         (),
     ),
     411: (
@@ -170,6 +176,30 @@ STATUS_FIELDS: Doc = {
     "rate": {"type": "number"},
     "last_error": {"type": ["string", "null"]},
     "details": {"type": "object", "additionalProperties": True},
+}
+
+
+#: The fields of a reservation answer (all always there).
+RESERVATION_FIELDS: Doc = {
+    "sequence": {"type": "string"},
+    "id": {"type": "integer", "description": "The reservation's row id."},
+    "number": {"type": "string", "description": "The number, rendered once (a reuse keeps it)."},
+    "value": ref("schemas", "Id"),
+    "key": {"type": "string", "description": "The counter row the value came from."},
+    "state": {"type": "string", "enum": ["reserved", "confirmed", "voided", "expired"]},
+    "reserved_at": {"type": "string", "format": "date-time"},
+    "expires_at": {
+        "type": "string",
+        "format": "date-time",
+        "description": "Past it an unsettled reservation is expired: confirm and void refuse "
+        "it (409 expired).",
+    },
+    "actor": {"type": "string", "description": "Who reserved it ('' when not said)."},
+    "attempt": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "How many times the number was reserved (more than 1: reused).",
+    },
 }
 
 
@@ -286,6 +316,13 @@ def schemas(max_count: int) -> Doc:
                     "additionalProperties": True,
                 },
             },
+        },
+        "Reservation": {
+            "type": "object",
+            "description": "A reserved number and its state now.",
+            "required": list(RESERVATION_FIELDS),
+            "additionalProperties": False,
+            "properties": RESERVATION_FIELDS,
         },
         "Range": {
             "description": "An inclusive range [first, last].",

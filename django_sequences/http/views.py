@@ -11,6 +11,9 @@ GET      ``<name>/status``           this process's view of the sequence
 GET      ``openapi.json``            the OpenAPI 3.1 description (``openapi.py``), no token
 =======  ==========================  =================================================
 
+The reservation endpoints (``<name>/reservations``, ``.../<number>/confirm`` and ``/void``)
+are ``http/reservations.py``.
+
 Each endpoint also takes a trailing slash; any other URL under the prefix is a JSON 404.
 ``handler400`` … ``handler500`` answer, as JSON under the prefix, what Django refuses before any
 view runs (a malformed Host header), once the root URLconf points at them.
@@ -220,7 +223,8 @@ def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
         404,
         "not_found",
         f"No endpoint at {short(request.path, 120)}. The endpoints are POST <name>/values, "
-        f"POST <name>/numbers, GET <name>/explain/<value>, GET <name>/status and GET "
+        f"POST <name>/numbers, GET <name>/explain/<value>, GET <name>/status, POST "
+        f"<name>/reservations, POST <name>/reservations/<number>/confirm (or /void) and GET "
         f"openapi.json (their description).",
     )
 
@@ -302,7 +306,7 @@ def context_of(request: HttpRequest, body: Payload) -> dict[str, Any]:
         raise bad_request(
             f'context must be a JSON object such as {{"area": "010"}}, not {type(given).__name__}.'
         )
-    _check_context(given, "context", 1)
+    check_context(given, "context", 1)
     context.update(given)
     reserved = sorted(RESERVED_CONTEXT & set(context))
     if reserved:
@@ -313,13 +317,13 @@ def context_of(request: HttpRequest, body: Payload) -> dict[str, Any]:
     return context
 
 
-def _check_context(obj: dict[str, Any], where: str, depth: int) -> None:
+def check_context(obj: dict[str, Any], where: str, depth: int) -> None:
     if depth > MAX_CONTEXT_DEPTH:
         raise bad_request(f"{where} nests deeper than {MAX_CONTEXT_DEPTH} levels.")
     for key, value in obj.items():
         inner = f"{where}.{key}"
         if isinstance(value, dict):
-            _check_context(value, inner, depth + 1)
+            check_context(value, inner, depth + 1)
         elif isinstance(value, bool) or not isinstance(value, str | int):
             raise bad_request(
                 f"{inner} must be a string or an integer (or an object of them), not "

@@ -1,0 +1,185 @@
+"""The reservation endpoints of the JSON HTTP API (docs/http.md, "Reservations"; issue 16):
+reserve a number, then confirm it or void it, over ``django_sequences.reservations``.
+
+=======  ==========================================  ==========================================
+POST     ``<name>/reservations``                     ``{"ttl", "context", "actor"}`` -> 201
+POST     ``<name>/reservations/<number>/confirm``    ``{"actor"}`` -> the confirmed reservation
+POST     ``<name>/reservations/<number>/void``       ``{"reason", "actor"}`` -> the voided one
+=======  ==========================================  ==========================================
+
+As everywhere in the API: a bearer token allowed the sequence, JSON errors, a trailing slash
+taken, and a refused request consumes nothing: the body (ttl, actor, reason, the context) is
+checked before a number is reserved, and a reservation that is unknown (404), expired or
+settled already (409) is left as it was. ``<number>`` is the number as issued (``/`` as it is
+or as ``%2F``); decimal digits that are no reservation's number are read as its value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from django.http import HttpRequest
+
+from .. import registry
+from ..exceptions import ReservationNotFound
+from ..reservations import MAX_ACTOR, MAX_TTL, Reservation, get_reservation, reserve_number
+from .bodies import MAX_REASON, has_query, ids_as_strings, json_body
+from .plumbing import Payload, bad_request, endpoint, short
+from .views import check_context
+
+#: Arguments of ``reserve_number()`` itself, which a context entry cannot be named.
+RESERVED_CONTEXT = frozenset({"name", "ttl", "actor", "using"})
+_DECIMAL = re.compile(r"-?[0-9]{1,20}\Z")
+
+
+@endpoint("POST", status=201)
+def reserve(request: HttpRequest, name: str) -> Payload:
+    """Reserve the next number of strict sequence ``name`` (with ``voided="reuse"``, the lowest
+    voided or expired one first) for ``ttl`` seconds (default ``RESERVATION_TTL``)."""
+    _only_ids(request)
+    body = json_body(request, ("ttl", "context", "actor", "ids"))
+    as_strings = ids_as_strings(request, body)
+    ttl = _ttl(body)
+    actor = _text(body, "actor", MAX_ACTOR)
+    context = _context(body)
+    _check_strategy(name)
+    got = reserve_number(name, ttl=ttl, actor=actor or "", **context)
+    return payload(got, as_strings)
+
+
+@endpoint("POST")
+def confirm(request: HttpRequest, name: str, number: str) -> Payload:
+    """Confirm reservation ``number`` of sequence ``name``: the number is used."""
+    _only_ids(request)
+    body = json_body(request, ("actor", "ids"))
+    as_strings = ids_as_strings(request, body)
+    actor = _text(body, "actor", MAX_ACTOR)
+    found = _find(name, number)
+    found.confirm(actor=actor)
+    return payload(found, as_strings)
+
+
+@endpoint("POST")
+def void(request: HttpRequest, name: str, number: str) -> Payload:
+    """Void reservation ``number`` of sequence ``name``, saying why (``reason``, required)."""
+    _only_ids(request)
+    body = json_body(request, ("reason", "actor", "ids"))
+    as_strings = ids_as_strings(request, body)
+    reason = _text(body, "reason", MAX_REASON)
+    if not reason or not reason.strip():
+        raise bad_request(
+            'reason is required: say why the number is voided (e.g. {"reason": "order '
+            'cancelled"}); the audit shows it.'
+        )
+    actor = _text(body, "actor", MAX_ACTOR)
+    found = _find(name, number)
+    found.void(reason, actor=actor)
+    return payload(found, as_strings)
+
+
+def payload(r: Reservation, as_strings: bool) -> Payload:
+    """A reservation as the answers write it."""
+    return {
+        "sequence": r.sequence,
+        "id": r.id,
+        "number": r.number,
+        "value": str(r.value) if as_strings else r.value,
+        "key": r.key,
+        "state": r.state,
+        "reserved_at": r.reserved_at,
+        "expires_at": r.expires_at,
+        "actor": r.actor,
+        "attempt": r.attempt,
+    }
+
+
+def _only_ids(request: HttpRequest) -> None:
+    if has_query(request):
+        unknown = sorted(set(request.GET) - {"ids"})
+        if unknown:
+            raise bad_request(
+                f"Unknown query parameter(s) {', '.join(map(repr, unknown))}; this endpoint "
+                f"takes ids (the rest goes in the JSON body)."
+            )
+
+
+def _ttl(body: Payload) -> float | None:
+    ttl = body.get("ttl")
+    if ttl is None:
+        if "ttl" in body:
+            raise bad_request("ttl must be a number of seconds; leave it out for the default.")
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
+        raise bad_request(
+            f"ttl must be a JSON number of seconds, not {type(ttl).__name__}: {short(ttl)}."
+        )
+    if not 0 < ttl <= MAX_TTL:
+        raise bad_request(
+            f"ttl must be more than 0 and at most {MAX_TTL:.0f} seconds (a year); got {short(ttl)}."
+        )
+    return float(ttl)
+
+
+def _text(body: Payload, field: str, limit: int) -> str | None:
+    given = body.get(field)
+    if given is None and field not in body:
+        return None
+    if not isinstance(given, str):
+        raise bad_request(f"{field} must be a string, not {type(given).__name__}: {short(given)}.")
+    if len(given) > limit:
+        raise bad_request(f"{field} must be at most {limit} characters; got {len(given)}.")
+    if "\x00" in given:  # PostgreSQL stores no NUL character in text
+        raise bad_request(f"{field} must not hold a NUL character (\\u0000).")
+    return given
+
+
+def _context(body: Payload) -> dict[str, Any]:
+    given = body.get("context", {})
+    if not isinstance(given, dict):
+        raise bad_request(
+            f'context must be a JSON object such as {{"area": "010"}}, not {type(given).__name__}.'
+        )
+    check_context(given, "context", 1)
+    reserved = sorted(RESERVED_CONTEXT & set(given))
+    if reserved:
+        raise bad_request(
+            f"Context entry {reserved[0]!r} cannot be used: it is an argument of "
+            f"reserve_number() itself ({', '.join(sorted(RESERVED_CONTEXT))}). Name the "
+            f"template part otherwise."
+        )
+    return given
+
+
+def _check_strategy(name: str) -> None:
+    """The core's rules (``reservations.reserve_number``), answered 400 rather than with its
+    InvalidDefinition (a 500: a definition the server cannot use)."""
+    spec = registry.spec(name, None)
+    shards = spec.options.get("shards")
+    if spec.strategy != "strict" or (isinstance(shards, int) and shards > 1):
+        kind = "sharded strict" if spec.strategy == "strict" else repr(spec.strategy)
+        raise bad_request(
+            f"Sequence {name!r} (strategy {kind}) cannot reserve numbers: reservations are "
+            f"for unsharded strict sequences, whose every value is recorded where it is "
+            f"taken. Use POST .../numbers or .../values for this one."
+        )
+    if not spec.template:
+        raise bad_request(
+            f"Sequence {name!r} has no template: it issues values, not numbers, and only "
+            f"numbers are reserved. Use POST .../values for this one."
+        )
+
+
+def _find(name: str, number: str) -> Reservation:
+    """The reservation of ``number`` (as issued), else of the value its decimal digits say."""
+    if "\x00" in number:  # no number holds one (and PostgreSQL could not compare it)
+        raise ReservationNotFound(
+            f"Sequence {name!r} has no reservation of {number!r}.", field="number"
+        )
+    try:
+        return get_reservation(name, number)
+    except ReservationNotFound:
+        if not _DECIMAL.match(number):
+            raise
+        return get_reservation(name, int(number))
