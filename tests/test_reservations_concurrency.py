@@ -28,6 +28,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,15 +126,17 @@ def test_four_processes_one_killed_every_number_accounted_once(tmp_path: Path) -
     fork = multiprocessing.get_context("fork")
     time.sleep(max(0.0, start - time.time()))
     forked = [fork.Process(target=forked_loop, args=(i, until, logs[i])) for i in (0, 1)]
-    for p in forked:
-        p.start()
+    for f in forked:
+        f.start()
     time.sleep(RUN / 2)
-    os.kill(forked[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
-    for p in [*forked, *spawned]:
-        p.join(60)
-        assert not p.is_alive()
+    assert forked[0].pid is not None
+    os.kill(forked[0].pid, signal.SIGKILL)
+    every: list[Any] = [*forked, *spawned]
+    for proc in every:
+        proc.join(60)
+        assert not proc.is_alive()
     assert forked[0].exitcode == -signal.SIGKILL
-    assert [p.exitcode for p in [forked[1], *spawned]] == [0, 0, 0]
+    assert [proc.exitcode for proc in every[1:]] == [0, 0, 0]
 
     texts = [Path(path).read_text() for path in logs if os.path.exists(path)]
     lines = [line.split() for text in texts for line in text.splitlines()]
