@@ -53,6 +53,12 @@ urlpatterns = [
         reservations.void,
         name="void",
     ),
+    # after confirm and void: a number ending in /confirm is confirmed, not looked up
+    re_path(
+        r"^(?P<name>(?s:.+))/reservations/(?P<number>(?s:.+?))/?\Z",
+        reservations.reservation,
+        name="reservation",
+    ),
     # a number to explain may hold '/' (sent as it is or as %2F): the value takes any text but
     # a trailing slash; after the fixed endpoints, so that <name>/status stays status
     re_path(r"^(?P<name>(?s:.+))/explain/(?P<value>(?s:.+?))/?\Z", views.explain, name="explain"),

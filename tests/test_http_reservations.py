@@ -125,9 +125,24 @@ def test_a_number_with_slashes_by_path_by_percent_encoding_or_by_value(api: Clie
     assert r.status_code == 200 and r.json()["number"] == second, r.content
 
 
+def test_get_says_where_a_reservation_stands(api: Client) -> None:
+    made = reserve(api)
+    number = made["number"]
+    r = api.get(f"/ids/inv/reservations/{number}")
+    assert r.status_code == 200 and r.json() == made, r.content
+    confirmed = post(api, f"/ids/inv/reservations/{number}/confirm").json()
+    assert api.get("/ids/inv/reservations/INV%2F010%2F00001/").json() == confirmed
+    assert api.get("/ids/inv/reservations/1?ids=string").json()["value"] == "1"
+    code, _ = error_of(api.get("/ids/inv/reservations/INV/010/00002"), 404)
+    assert code == "not_found"
+    r = post(api, f"/ids/inv/reservations/{number}")
+    assert error_of(r, 405)[0] == "method_not_allowed" and r["Allow"] == "GET"
+
+
 def test_an_expired_reservation_is_refused_409(api: Client) -> None:
     number = reserve(api, {"ttl": 0.2})["number"]
     time.sleep(0.4)
+    assert api.get(f"/ids/inv/reservations/{number}").json()["state"] == "expired"
     before = state()
     code, message = error_of(post(api, f"/ids/inv/reservations/{number}/confirm"), 409)
     assert code == "expired" and number in message

@@ -114,6 +114,7 @@ def test_it_describes_every_endpoint_and_status() -> None:
         "/{name}/reservations",
         "/{name}/reservations/{number}/confirm",
         "/{name}/reservations/{number}/void",
+        "/{name}/reservations/{number}",
         "/openapi.json",
     }
     issuing = {"200", "400", "401", "403", "404", "405", "409", "411", "429", "500", "503"}
@@ -337,3 +338,9 @@ def test_a_reserved_number_settles_as_described(
         answers.append(response.json())
     assert answers[0]["state"] == state and answers[0]["number"] == number
     assert answers[1]["error"]["code"] == "settled"
+    case = schema["/{name}/reservations/{number}"]["GET"].Case(
+        path_parameters={"name": "inv", "number": number}, query={"ids": "string"}
+    )
+    response = case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=CHECKS)
+    assert response.status_code == 200, response.text
+    assert response.json() == {**answers[0], "value": str(answers[0]["value"])}

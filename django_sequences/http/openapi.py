@@ -277,17 +277,7 @@ def settle_path(action: str) -> Callable[[], Doc]:
             request["required"] = True
             request["content"][JSON]["schema"]["required"] = ["reason"]
         return {
-            "parameters": [
-                ref("parameters", "Name"),
-                {
-                    "name": "number",
-                    "in": "path",
-                    "required": True,
-                    "description": "The reserved number as issued ('/' as it is or as %2F); "
-                    "decimal digits that are no reservation's number are read as its value.",
-                    "schema": {"type": "string", "minLength": 1},
-                },
-            ],
+            "parameters": [ref("parameters", "Name"), number_parameter()],
             "post": {
                 "operationId": what[0],
                 "tags": ["reservations"],
@@ -304,6 +294,36 @@ def settle_path(action: str) -> Callable[[], Doc]:
         }
 
     return item
+
+
+def reservation_path() -> Doc:
+    return {
+        "parameters": [ref("parameters", "Name"), number_parameter()],
+        "get": {
+            "operationId": "getReservation",
+            "tags": ["reservations"],
+            "summary": "A reservation as it is now",
+            "description": "Where a reservation stands (reserved, confirmed, voided or "
+            "expired): how a client that lost the answer to a confirm or void learns whether "
+            "it went through.",
+            "parameters": [ids_query("")],
+            "responses": {
+                "200": ok("The reservation.", ref("schemas", "Reservation")),
+                **errors(*COMMON),
+            },
+        },
+    }
+
+
+def number_parameter() -> Doc:
+    return {
+        "name": "number",
+        "in": "path",
+        "required": True,
+        "description": "The reserved number as issued ('/' as it is or as %2F); decimal "
+        "digits that are no reservation's number are read as its value.",
+        "schema": {"type": "string", "minLength": 1},
+    }
 
 
 def document_path() -> Doc:
@@ -331,6 +351,7 @@ PATHS: tuple[tuple[str, Callable[[], Doc]], ...] = (
     ("/{name}/reservations", reservations_path),
     ("/{name}/reservations/{number}/confirm", settle_path("confirm")),
     ("/{name}/reservations/{number}/void", settle_path("void")),
+    ("/{name}/reservations/{number}", reservation_path),
     ("/openapi.json", document_path),
 )
 

@@ -5,7 +5,11 @@ reserve a number, then confirm it or void it, over ``django_sequences.reservatio
 POST     ``<name>/reservations``                     ``{"ttl", "context", "actor"}`` -> 201
 POST     ``<name>/reservations/<number>/confirm``    ``{"actor"}`` -> the confirmed reservation
 POST     ``<name>/reservations/<number>/void``       ``{"reason", "actor"}`` -> the voided one
+GET      ``<name>/reservations/<number>``            the reservation as it is now
 =======  ==========================================  ==========================================
+
+The GET is how a client that lost the answer to a confirm learns whether it went through (a
+second confirm is a 409 ``settled``, not a second success).
 
 As everywhere in the API: a bearer token allowed the sequence, JSON errors, a trailing slash
 taken, and a refused request consumes nothing: the body (ttl, actor, reason, the context) is
@@ -77,6 +81,14 @@ def void(request: HttpRequest, name: str, number: str) -> Payload:
     found = _find(name, number)
     found.void(reason, actor=actor)
     return payload(found, as_strings)
+
+
+@endpoint("GET")
+def reservation(request: HttpRequest, name: str, number: str) -> Payload:
+    """Reservation ``number`` of sequence ``name`` as it is now (``state`` says ``expired``
+    for one still reserved past its ``expires_at``)."""
+    _only_ids(request)
+    return payload(_find(name, number), ids_as_strings(request, {}))
 
 
 def payload(r: Reservation, as_strings: bool) -> Payload:

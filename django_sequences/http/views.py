@@ -11,8 +11,8 @@ GET      ``<name>/status``           this process's view of the sequence
 GET      ``openapi.json``            the OpenAPI 3.1 description (``openapi.py``), no token
 =======  ==========================  =================================================
 
-The reservation endpoints (``<name>/reservations``, ``.../<number>/confirm`` and ``/void``)
-are ``http/reservations.py``.
+The reservation endpoints (``<name>/reservations``, ``.../<number>``, ``.../<number>/confirm``
+and ``/void``) are ``http/reservations.py``.
 
 Each endpoint also takes a trailing slash; any other URL under the prefix is a JSON 404.
 ``handler400`` … ``handler500`` answer, as JSON under the prefix, what Django refuses before any
@@ -224,8 +224,8 @@ def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
         "not_found",
         f"No endpoint at {short(request.path, 120)}. The endpoints are POST <name>/values, "
         f"POST <name>/numbers, GET <name>/explain/<value>, GET <name>/status, POST "
-        f"<name>/reservations, POST <name>/reservations/<number>/confirm (or /void) and GET "
-        f"openapi.json (their description).",
+        f"<name>/reservations, POST <name>/reservations/<number>/confirm (or /void), GET "
+        f"<name>/reservations/<number> and GET openapi.json (their description).",
     )
 
 
