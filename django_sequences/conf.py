@@ -93,7 +93,7 @@ DEFAULTS: dict[str, Any] = {
     "CAPACITY_WARNING": 0.8,
     "CAPACITY_HORIZON": 365 * 86400.0,
     # Seconds a reservation (reserve_number) stays reserved before it expires when the call
-    # gives no ttl (docs/reservations).
+    # gives no ttl (docs/settings.md).
     "RESERVATION_TTL": 900.0,
 }
 
