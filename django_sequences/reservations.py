@@ -67,9 +67,10 @@ __all__ = [
     "reserve_number",
 ]
 
-#: Longest ``ttl`` (a year) and ``actor`` (the column's length).
+#: Longest ``ttl`` (a year), ``actor`` (the column's length) and void ``reason``.
 MAX_TTL = 365 * 86400.0
 MAX_ACTOR = 255
+MAX_REASON = 1000
 #: Claims of voided numbers tried per reservation before a fresh value is taken.
 _CLAIM_TRIES = 20
 _FIELDS = (
@@ -112,9 +113,15 @@ class Reservation:
     def void(self, reason: str, *, actor: str | None = None) -> None:
         """Void it, saying why (``reason``, required): ``keep`` keeps the number as a gap with
         its reason, ``reuse`` gives it to a later reservation. Raises as :meth:`confirm`."""
-        if not isinstance(reason, str) or not reason.strip():
+        if (
+            not isinstance(reason, str)
+            or not reason.strip()
+            or len(reason) > MAX_REASON
+            or "\x00" in reason
+        ):
             raise InvalidReservation(
-                f"A void needs a reason (a non-empty str) for the audit; got {shown(reason)}.",
+                f"A void needs a reason for the audit: a non-empty str of at most {MAX_REASON} "
+                f"characters (no NUL); got {shown(reason)}.",
                 field="reason",
             )
         self._settle("voided", _actor(actor) if actor is not None else self.actor, reason)

@@ -63,7 +63,7 @@ def test_refusals_consume_nothing() -> None:
     before = _counter("inv")
     with pytest.raises(SequenceNotFound):
         reservations.reserve_number("nope", branch="A")
-    with pytest.raises(InvalidDefinition, match="a .segment. sequence") as wrong:
+    with pytest.raises(InvalidDefinition, match=r"a .segment. sequence") as wrong:
         reservations.reserve_number("plain")
     assert wrong.value.field == "strategy"
     with pytest.raises(InvalidDefinition, match="sharded"):
@@ -82,7 +82,7 @@ def test_refusals_consume_nothing() -> None:
     assert not Row.objects.exists()
     r = reservations.reserve_number("inv", branch="B", ttl=5)
     assert (r.number, r.value) == ("INVB0001", 1)
-    for reason in ("", "   ", None):
+    for reason in ("", "   ", None, "x" * 1001, "a\x00b"):
         with pytest.raises(InvalidReservation) as empty:
             r.void(reason)  # type: ignore[arg-type]
         assert empty.value.field == "reason"
