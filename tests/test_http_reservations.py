@@ -61,7 +61,8 @@ def state() -> tuple[object, ...]:
 
 
 def reserve(api: Client, body: dict[str, Any] | None = None, name: str = "inv") -> dict[str, Any]:
-    r = post(api, f"/ids/{name}/reservations", {"context": {"area": "010"}, **(body or {})})
+    context = {"context": {"area": "010"}} if name == "inv" else {}
+    r = post(api, f"/ids/{name}/reservations", {**context, **(body or {})})
     assert r.status_code == 201, r.content
     got: dict[str, Any] = r.json()
     return got
@@ -194,7 +195,6 @@ def test_reuse_gives_a_voided_number_again(api: Client) -> None:
         ("/ids/inv/reservations?area=010", {}, "Unknown query parameter"),
         ("/ids/inv/reservations?ids=x", {}, "ids must be"),
         ("/ids/order/reservations", {}, "strategy 'segment'"),
-        ("/ids/bare/reservations", {}, "has no template"),
     ],
 )
 def test_a_refused_reservation_consumes_nothing(
@@ -223,6 +223,13 @@ def test_methods_tokens_and_trailing_slashes(api: Client) -> None:
     assert code == "forbidden"
     code, _ = error_of(post(Client(), "/ids/plain/reservations"), 401)
     assert state() == before
+
+
+def test_a_sequence_without_a_template_reserves_its_values(api: Client) -> None:
+    """Its number is the value in decimal: by number and by value are the same."""
+    made = reserve(api, {"ids": "string"}, name="bare")
+    assert made["number"] == made["value"] == "1"
+    assert post(api, "/ids/bare/reservations/1/void", {"reason": "x"}).json()["state"] == "voided"
 
 
 def test_what_python_reserved_http_confirms() -> None:

@@ -176,11 +176,6 @@ def _check_strategy(name: str) -> None:
             f"for unsharded strict sequences, whose every value is recorded where it is "
             f"taken. Use POST .../numbers or .../values for this one."
         )
-    if not spec.template:
-        raise bad_request(
-            f"Sequence {name!r} has no template: it issues values, not numbers, and only "
-            f"numbers are reserved. Use POST .../values for this one."
-        )
 
 
 def _find(name: str, number: str) -> Reservation:
