@@ -218,6 +218,12 @@ def reserve_number(
             f"reservations need one counter row per period. Define it without shards.",
             field="options",
         )
+    if spec.cycle:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r} cycles (cycle=True): it would issue its values again, and "
+            f"a reservation accounts for each value once. Define it with cycle=False.",
+            field="cycle",
+        )
     wall = time.time()
     render: Callable[[int], str] = str  # no template: the number is the value
     key = spec.name
@@ -399,7 +405,7 @@ def get_reservation(name: str, number: str | int, *, using: str | None = None) -
 # --- expiry ---------------------------------------------------------------------------------
 
 
-def expire(now: datetime | None = None, *, using: str | None = None) -> int:
+def expire(now: datetime | None = None, using: str | None = None) -> int:
     """Mark every reservation still ``reserved`` past its ``expires_at`` (at ``now``, default:
     the current time) ``expired``, with an event each; how many. ``sequences_reap`` and the
     Celery reap task call it."""

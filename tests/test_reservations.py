@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.core.checks import run_checks
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
@@ -68,6 +69,11 @@ def test_refusals_consume_nothing() -> None:
     assert wrong.value.field == "strategy"
     with pytest.raises(InvalidDefinition, match="sharded"):
         reservations.reserve_number("shard")
+    Sequence.objects.define("ring", strategy="strict", max_value=3, cycle=True)
+    with pytest.raises(InvalidDefinition, match="cycles") as cycling:
+        reservations.reserve_number("ring")
+    assert cycling.value.field == "cycle"
+    assert _counter("ring") == 0
     bad_ttls: tuple[Any, ...] = (0, -1, float("nan"), float("inf"), True, "10", 10**9)
     for ttl in bad_ttls:
         with pytest.raises(InvalidReservation, match="ttl") as bad:
@@ -216,6 +222,9 @@ def test_voided_field_is_checked_and_threaded() -> None:
     done = Sequence.objects.define_or_update("inv", voided="reuse")
     assert [(d.field, d.stored, d.declared) for d in done.changes] == [("voided", "keep", "reuse")]
     assert Sequence.objects.get(name="inv").voided == "reuse"
+    with pytest.raises(ValidationError) as form:
+        Sequence(name="other", strategy="strict", voided="recycle").full_clean()
+    assert "voided" in form.value.message_dict
 
 
 def test_declared_voided_is_checked(settings: Any) -> None:
