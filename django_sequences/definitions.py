@@ -34,7 +34,7 @@ from .sources.connections import insert, on_private, resolve_alias, select
 from .sources.rows import row_for
 from .strategies import strategy_for, validate
 from .strategies.autoincrement import create_tables
-from .templating import compile_template, reset_period
+from .templating import check_reuse, compile_template, reset_period
 
 #: The manager and the model are handed in by ``SequenceManager``: this module names neither.
 DefinitionManager = Any
@@ -142,6 +142,7 @@ def _update_definition(
     check_voided(stored.name, declared["voided"])
     new = SequenceSpec(name=stored.name, **declared)
     validate(new)
+    check_reuse(new)
     check_redefinition(stored, new, using=alias)
     if dry_run:
         return stored
@@ -299,6 +300,7 @@ def checked_spec(name: str, **given: Any) -> SequenceSpec:
     check_voided(name, f["voided"])
     spec = SequenceSpec(name=name, **{**f, "options": f["options"] or {}})
     validate(spec)
+    check_reuse(spec)
     return spec
 
 

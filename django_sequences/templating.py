@@ -153,3 +153,17 @@ def check_template(spec: SequenceSpec, strategy: _Strategy, template: Template) 
             f"period). Use strategy 'segment' or 'strict', or set its reset to 'never'."
         )
     return period
+
+
+def check_reuse(spec: SequenceSpec) -> None:
+    """Raise :class:`InvalidDefinition` (``field="voided"``) for ``voided="reuse"`` on a
+    template that reads the caller's context: a reused number keeps the text it was first
+    rendered with, so it would carry another caller's ``{ctx.NAME}`` (area 010's number handed
+    to area 020)."""
+    if spec.voided == "reuse" and spec.template and compile_template(spec).has_context:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r}: voided='reuse' cannot go with a template that reads the "
+            f"caller's context ({spec.template!r}): a reused number keeps the context it was "
+            f"first rendered with. Use voided='keep', or one sequence per context value.",
+            field="voided",
+        )

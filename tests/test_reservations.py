@@ -227,6 +227,23 @@ def test_voided_field_is_checked_and_threaded() -> None:
     assert "voided" in form.value.message_dict
 
 
+def test_reuse_is_refused_for_a_template_that_reads_the_callers_context() -> None:
+    """A reused number keeps the text it was first rendered with: under {ctx.area} it would
+    carry another caller's area, so voided='reuse' is refused there (created or changed)."""
+    with pytest.raises(InvalidDefinition, match="context") as bad:
+        Sequence.objects.define(
+            "wb", strategy="strict", template="{ctx.area:3}-{seq:05}", voided="reuse"
+        )
+    assert bad.value.field == "voided"
+    assert not Sequence.objects.filter(name="wb").exists()
+    Sequence.objects.define("wb", strategy="strict", template="{ctx.area:3}-{seq:05}")
+    with pytest.raises(InvalidDefinition, match="context"):
+        Sequence.objects.define_or_update("wb", voided="reuse")
+    assert Sequence.objects.get(name="wb").voided == "keep"
+    # a template with no context part may reuse
+    Sequence.objects.define("inv2", strategy="strict", template="INV{seq:05}", voided="reuse")
+
+
 def test_declared_voided_is_checked(settings: Any) -> None:
     settings.DJANGO_SEQUENCES = {"SEQUENCES": {"inv": {"strategy": "strict", "voided": "nah"}}}
     found = [m for m in run_checks() if m.id == "django_sequences.E006"]
