@@ -13,10 +13,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ...api import explain
-from ...exceptions import InvalidDefinition, SequenceNotFound
+from ...api import decode, explain
+from ...exceptions import SequenceNotFound
 from ...models import Sequence
-from ...numbers import parse_number
 from ..base import SequenceCommand
 
 
@@ -52,19 +51,21 @@ class Command(SequenceCommand):
                 self.TOO_LONG.format(value=raw.strip()[:20], digits=_digits(raw), name=name)
             )
         parts: dict[str, Any] | None = None
-        if value is not None:
-            try:
-                parts = explain(name, value, using=using)
-            except InvalidDefinition:
-                if not spec.template:
-                    raise  # plain counters: its message says so
-        if parts is None:
-            if not spec.template:
-                raise CommandError(self.NOT_A_VALUE.format(value=raw, name=name))
-            parts = parse_number(name, raw, using=using)
-            kind, head = "number", self.NUMBER.format(number=raw, name=name)
+        kind = "value"
+        if spec.template:
+            # what explain() reads: a number of the template first (an all-digit number of a
+            # templated snowflake is a number, its value decoded as seq_parts), else a value
+            read, parts = decode(name, raw, using=using)
+            kind = "number" if isinstance(read, str) else "value"
+            value = read if isinstance(read, int) else None
+        elif value is not None:
+            parts = explain(name, value, using=using)  # plain counters: its message says so
         else:
-            kind, head = "value", self.VALUE.format(value=value, name=name)
+            raise CommandError(self.NOT_A_VALUE.format(value=raw, name=name))
+        if kind == "number":
+            head = self.NUMBER.format(number=raw, name=name)
+        else:
+            head = self.VALUE.format(value=value, name=name)
         if options["json"]:
             data = {"sequence": name, kind: value if kind == "value" else raw, "parts": parts}
             self.write_json(data, default=_json_default)
