@@ -206,6 +206,21 @@ def test_define_changes_only_the_fields_given_and_their_rows() -> None:
     ]
 
 
+def test_define_sets_the_voided_policy_of_reservations() -> None:
+    lines("sequences_define", "inv.v", "--strategy", "strict", "--voided", "reuse")
+    assert Sequence.objects.get(name="inv.v").voided == "reuse"
+    assert lines("sequences_define", "inv.v", "--voided", "keep")[0] == (
+        'inv.v: voided: "reuse" -> "keep"'
+    )
+    with pytest.raises(CommandError, match="invalid choice"):
+        run("sequences_define", "inv.v", "--voided", "recycle")
+    assert Sequence.objects.get(name="inv.v").voided == "keep"
+    # reuse under a template reading the caller's context is refused, nothing written
+    lines("sequences_define", "wb.v", "--strategy", "strict", "--template", "{ctx.a:3}{seq:04}")
+    assert "keeps the context it was" in refusal("sequences_define", "wb.v", "--voided", "reuse")
+    assert Sequence.objects.get(name="wb.v").voided == "keep"
+
+
 def test_define_notes_a_change_that_departs_from_the_settings_declaration() -> None:
     with override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"decl": {"step": 100}}}):
         err = StringIO()

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ...conf import app_settings, docs_url
+from ...conf import VOIDED_POLICIES, app_settings, docs_url
 from ...definitions import Defined, Drift
 from ...models import Sequence
 from ..base import SequenceCommand
@@ -28,6 +28,7 @@ FIELDS = {
     "max_value": "max_value",
     "template": "template",
     "reset": "reset",
+    "voided": "voided",
     "cycle": "cycle",
 }
 
@@ -84,6 +85,12 @@ class Command(SequenceCommand):
             metavar="PERIOD",
             help="when a template's counter restarts: never, year, month, day, hour, minute, "
             "second ('' : from the template's date)",
+        )
+        parser.add_argument(
+            "--voided",
+            choices=VOIDED_POLICIES,
+            help="what reservations do with voided and expired numbers: keep them as gaps "
+            "with their reason, or reuse them (the next reservation takes the lowest)",
         )
         parser.add_argument(
             "--option",
