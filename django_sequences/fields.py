@@ -9,25 +9,54 @@ follows the relation.
 ``bulk_create`` works as Django calls ``pre_save`` for each object. Through the model's
 managers (``Order.objects.bulk_create(objs)``) it is faster: the numbers of all objects
 without one come from one batch (one lease at most), see :func:`fill`.
+
+``SequenceField(sequence=..., reserve=True)`` takes its number from a reservation
+(:func:`~django_sequences.reservations.reserve_number`, ``strict`` sequences only) and settles
+it with the row's transaction:
+
+- inside ``transaction.atomic()`` (the usual case): the reservation is confirmed in
+  ``transaction.on_commit``. When the transaction, or the savepoint the save ran in, rolls
+  back, Django drops its on-commit callbacks; the callback holds the only reference to a
+  sentinel whose finalizer voids the reservation with reason ``"rolled back"`` at once (CPython
+  frees it when the list is dropped). If the process dies before either happens, the
+  reservation stays ``reserved`` until ``expires_at`` (``reserve_ttl``, else
+  ``RESERVATION_TTL``); ``sequences_reap`` then marks it ``expired``.
+- in autocommit (no ``atomic`` block): the reservation is confirmed after the INSERT
+  (``post_save``); a failed INSERT leaves it ``reserved`` until it expires, as above.
+  ``bulk_create`` through the model's managers opens a transaction around the fill and the
+  INSERTs, so a failed batch voids its reservations.
+- a commit that comes after ``expires_at`` cannot confirm (the number is ``expired``; with
+  ``voided="reuse"`` it may be handed out again, and the field's unique constraint refuses the
+  second row): keep transactions far shorter than the TTL. The failure is logged.
 """
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core import checks
-from django.db import models
-from django.db.models.signals import class_prepared
+from django.db import models, router, transaction
+from django.db.models.signals import class_prepared, post_save
 
 from .api import next_value, next_values
 from .conf import docs_url
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError
-from .numbers import issuer
+from .numbers import NumberIssuer, issuer
 from .registry import refused
 from .templating import compile_template
+
+if TYPE_CHECKING:
+    from .reservations import Reservation
+
+logger = logging.getLogger("django_sequences.fields")
+
+#: The reason a reservation gets when the transaction that saved its row rolls back.
+ROLLED_BACK = "rolled back"
 
 
 class _SequenceFieldMixin:
@@ -108,9 +137,13 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
         sequence: str,
         template: str | None = None,
         using: str | None = None,
+        reserve: bool = False,
+        reserve_ttl: float | None = None,
         **kwargs: Any,
     ) -> None:
         self.template = template
+        self.reserve = reserve
+        self.reserve_ttl = reserve_ttl
         self._init_sequence(sequence, using, kwargs)
         kwargs.setdefault("max_length", 64)
         kwargs.setdefault("unique", True)
@@ -121,6 +154,10 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
         self._deconstruct_sequence(kwargs)
         if self.template is not None:
             kwargs["template"] = self.template
+        if self.reserve:
+            kwargs["reserve"] = True
+        if self.reserve_ttl is not None:
+            kwargs["reserve_ttl"] = self.reserve_ttl
         if kwargs.get("unique") is True:
             del kwargs["unique"]
         else:
@@ -130,6 +167,8 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
     def issue(self, instance: models.Model) -> str:
         """The instance's number. Its context (the instance's attributes) is checked before a
         value is taken, so a refused save consumes no number."""
+        if self.reserve:
+            return self._reserve(instance)
         found = issuer(self.sequence, self.using, self.template)
         try:
             return found.issue(instance)
@@ -140,6 +179,8 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
     def issue_many(self, instances: Sequence[models.Model]) -> list[Any]:
         """One number per instance from one batch, taken only after every instance's context
         was checked."""
+        if self.reserve:
+            return [self._reserve(instance) for instance in instances]
         found = issuer(self.sequence, self.using, self.template)
         try:
             return found.issue_many(len(instances), list(instances))
@@ -147,8 +188,25 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
             refused(self.sequence, exc)
             raise
 
+    def _reserve(self, instance: models.Model) -> str:
+        """A reservation's number, settled with the transaction that saves ``instance``."""
+        # (reservations imports models, which a field module must not import at load time)
+        from .reservations import reserve_number
+
+        context = _context_of(issuer(self.sequence, self.using), instance)
+        try:
+            r = reserve_number(self.sequence, ttl=self.reserve_ttl, using=self.using, **context)
+        except SequenceError as exc:
+            refused(self.sequence, exc)
+            raise
+        _attach(r, instance)
+        return r.number
+
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        return [*super().check(**kwargs), *self._check_sequence(), *self._check_template()]
+        found = [*super().check(**kwargs), *self._check_sequence(), *self._check_template()]
+        if self.reserve:
+            found += self._check_reserve()
+        return found
 
     def _check_template(self) -> list[checks.CheckMessage]:
         """The template compiles, and its longest rendering fits ``max_length``. Uses the
@@ -202,6 +260,25 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
             ]
         return []
 
+    def _check_reserve(self) -> list[checks.CheckMessage]:
+        ttl = self.reserve_ttl
+        if self.template is None and (ttl is None or (isinstance(ttl, int | float) and ttl > 0)):
+            return []
+        what = (
+            f"template={self.template!r}: a reserved number is rendered with the sequence's own "
+            f"template (it is kept for the audit)"
+            if self.template is not None
+            else f"reserve_ttl={self.reserve_ttl!r} is not a number of seconds > 0"
+        )
+        return [
+            checks.Error(
+                f"SequenceField(reserve=True) {what}.",
+                hint="Drop template= (set it on the sequence) and give reserve_ttl in seconds.",
+                obj=self,
+                id="django_sequences.E013",
+            )
+        ]
+
 
 class SequenceIntegerField(_SequenceFieldMixin, models.BigIntegerField):  # type: ignore[misc]
     """A ``BigIntegerField`` holding a value of ``sequence`` (issued on first save)."""
@@ -232,6 +309,72 @@ class SequenceIntegerField(_SequenceFieldMixin, models.BigIntegerField):  # type
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         return [*super().check(**kwargs), *self._check_sequence()]
+
+
+class _Sentinel:
+    """Held only by the on-commit callback: freed when Django drops the callback."""
+
+
+class _Settle:
+    """The on-commit callback of one reservation: confirms it. If it is dropped without being
+    called (a rollback), the sentinel's finalizer voids the reservation."""
+
+    def __init__(self, r: Reservation) -> None:
+        self.sentinel = _Sentinel()
+        self.state = {"done": False}
+        weakref.finalize(self.sentinel, _void_unless_done, r, self.state)
+        self.r = r
+
+    def __call__(self) -> None:
+        self.state["done"] = True
+        _confirm(self.r)
+
+
+def _confirm(r: Reservation) -> None:
+    try:
+        r.confirm()
+    except SequenceError:
+        logger.exception(
+            "Could not confirm %r of %r after its row's transaction committed", r.number, r.sequence
+        )
+        raise
+
+
+def _void_unless_done(r: Reservation, state: dict[str, bool]) -> None:
+    if state["done"]:
+        return
+    state["done"] = True
+    try:
+        r.void(ROLLED_BACK)
+    except SequenceError:  # expired meanwhile, or the database is down: it expires, reap marks it
+        logger.warning("Could not void %r of %r after a rollback", r.number, r.sequence)
+
+
+def _attach(r: Reservation, instance: models.Model) -> None:
+    """Settle ``r`` with the transaction that saves ``instance`` (see the module docstring)."""
+    alias = instance._state.db or router.db_for_write(type(instance), instance=instance)
+    if transaction.get_connection(alias).in_atomic_block:
+        transaction.on_commit(_Settle(r), using=alias, robust=True)
+        return
+    # autocommit: the INSERT has not run yet; post_save confirms
+    pending = instance.__dict__.setdefault("_sequence_reservations", [])
+    pending.append(r)
+
+
+def _confirm_after_insert(
+    sender: type[models.Model], instance: models.Model, **kwargs: Any
+) -> None:
+    pending = instance.__dict__.pop("_sequence_reservations", None)
+    for r in pending or ():
+        _confirm(r)
+
+
+def _context_of(found: NumberIssuer, instance: models.Model) -> dict[str, Any]:
+    """The instance's attributes the template's ``{ctx.NAME}`` parts read (their first name)."""
+    # (a template has no public list of its context names yet)
+    steps = getattr(found.template, "_context_steps", ())
+    names = {part.path[0] for _, part in steps if getattr(part, "path", ())}
+    return {name: getattr(instance, name, None) for name in names}
 
 
 def sequence_fields(model: type[models.Model]) -> list[_SequenceFieldMixin]:
@@ -267,7 +410,12 @@ def _wrap_bulk_create(manager: models.Manager[Any]) -> None:
         return
 
     def bulk_create(objs: Iterable[models.Model], *args: Any, **kwargs: Any) -> Any:
-        return original(fill(objs), *args, **kwargs)
+        objs = list(objs)
+        if not any(getattr(f, "reserve", False) for f in sequence_fields(manager.model)):
+            return original(fill(objs), *args, **kwargs)
+        # reserved numbers settle with a transaction: one around the fill and the INSERTs
+        with transaction.atomic(using=kwargs.get("using") or manager.db):
+            return original(fill(objs), *args, **kwargs)
 
     bulk_create._fills_sequences = True  # type: ignore[attr-defined]
     bulk_create.__doc__ = original.__doc__
@@ -280,6 +428,8 @@ _UID = "django_sequences.fields.bulk_create"
 def _on_class_prepared(sender: type[models.Model], **kwargs: Any) -> None:
     if sender._meta.abstract or not sequence_fields(sender):
         return
+    if any(getattr(f, "reserve", False) for f in sequence_fields(sender)):
+        post_save.connect(_confirm_after_insert, sender=sender, dispatch_uid=_UID, weak=False)
     # ``_meta.managers`` holds the manager objects ``Model.objects`` returns (copies made for
     # this class, computed while the class was prepared)
     for manager in sender._meta.managers:

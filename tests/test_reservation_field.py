@@ -1,0 +1,184 @@
+"""SequenceField(reserve=True) (issue 16, item 4): the number comes from a reservation that is
+confirmed when the row's transaction commits and voided ("rolled back") when it rolls back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connection, models, transaction
+from django.test.utils import isolate_apps
+
+from django_sequences import reservations
+from django_sequences.fields import ROLLED_BACK, SequenceField
+from django_sequences.models import Reservation as Row
+from django_sequences.models import Sequence
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def model() -> Iterator[type[models.Model]]:
+    """A model with a reserved number (its own table, dropped afterwards)."""
+    with isolate_apps("testproject.shop"):
+
+        class Bill(models.Model):
+            branch = models.CharField(max_length=3)
+            ref = models.CharField(max_length=10, unique=True)
+            number = SequenceField(sequence="bill", reserve=True, reserve_ttl=60)
+
+            class Meta:
+                app_label = "shop"
+                db_table = "test_reserved_bill"
+
+            def __str__(self) -> str:
+                return self.number
+
+        with connection.schema_editor() as editor:
+            editor.create_model(Bill)
+        try:
+            yield Bill
+        finally:
+            with connection.schema_editor() as editor:
+                editor.delete_model(Bill)
+
+
+def states() -> dict[str, tuple[str, str]]:
+    return {r.number: (r.state, r.reason) for r in Row.objects.filter(sequence="bill")}
+
+
+def define(voided: str = "keep", template: str = "B{ctx.branch:3}-{seq:04}") -> None:
+    Sequence.objects.define("bill", strategy="strict", template=template, voided=voided)
+
+
+def test_commit_confirms_and_the_row_holds_the_number(model: Any) -> None:
+    define()
+    with transaction.atomic():
+        bill = model.objects.create(branch="LON", ref="a")
+        assert bill.number == "BLON-0001"  # the instance's context, rendered at reservation
+        assert states() == {"BLON-0001": ("reserved", "")}  # not before the commit
+    assert states() == {"BLON-0001": ("confirmed", "")}
+    assert model.objects.get(ref="a").number == "BLON-0001"
+
+
+def test_rollback_voids_at_once(model: Any) -> None:
+    define()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        model.objects.create(branch="LON", ref="a")
+        raise RuntimeError("business failure")
+    # no reaper, no wait: voided when Django dropped the on-commit callback
+    assert states() == {"BLON-0001": ("voided", ROLLED_BACK)}
+    assert not model.objects.exists()
+    with transaction.atomic():
+        model.objects.create(branch="LON", ref="b")
+    assert states()["BLON-0002"] == ("confirmed", "")  # keep: the void stays a gap
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite",
+    reason="SQLite has one writer: a reservation (on the private connection) waits for the "
+    "caller's transaction that already wrote, until the lock timeout (docs/invoices.md)",
+)
+def test_set_rollback_and_a_rolled_back_savepoint(model: Any) -> None:
+    define()
+    with transaction.atomic():
+        model.objects.create(branch="LON", ref="kept")
+        try:
+            with transaction.atomic():  # a savepoint
+                model.objects.create(branch="LON", ref="dropped")
+                raise RuntimeError
+        except RuntimeError:
+            pass
+        assert states()["BLON-0002"] == ("voided", ROLLED_BACK)  # before the outer commit
+    assert states() == {
+        "BLON-0001": ("confirmed", ""),
+        "BLON-0002": ("voided", ROLLED_BACK),
+    }
+    with transaction.atomic():
+        model.objects.create(branch="LON", ref="x")
+        transaction.set_rollback(True)
+    assert states()["BLON-0003"] == ("voided", ROLLED_BACK)
+
+
+def test_reuse_gives_a_rolled_back_number_to_the_next_row(model: Any) -> None:
+    define("reuse", "B{seq:04}")  # (reuse refuses templates that read the context)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        model.objects.create(branch="LON", ref="a")
+        raise RuntimeError
+    with transaction.atomic():
+        again = model.objects.create(branch="LON", ref="b")
+    assert again.number == "B0001"
+    assert states() == {"B0001": ("confirmed", "")}
+    a = reservations.audit("bill")
+    assert a.gaps == [] and a.duplicates == []
+
+
+def test_autocommit_confirms_after_the_insert(model: Any) -> None:
+    define()
+    bill = model.objects.create(branch="PAR", ref="a")
+    assert states() == {bill.number: ("confirmed", "")}
+
+
+def test_autocommit_failed_insert_expires_and_reap_marks_it(model: Any) -> None:
+    define()
+    model.objects.create(branch="PAR", ref="a")
+    field = model._meta.get_field("number")
+    field.reserve_ttl = 0.5
+    try:
+        with pytest.raises(IntegrityError):
+            model.objects.create(branch="PAR", ref="a")  # same ref: the INSERT fails
+    finally:
+        field.reserve_ttl = 60
+    # autocommit has no rollback to see: reserved until it expires, then the reaper
+    assert states()["BPAR-0002"] == ("reserved", "")
+    time.sleep(0.6)
+    assert reservations.expire() == 1
+    assert states()["BPAR-0002"][0] == "expired"
+
+
+def test_bulk_create_confirms_all_or_voids_all(model: Any) -> None:
+    define()
+    made = model.objects.bulk_create([model(branch="LON", ref=f"r{i}") for i in range(3)])
+    assert [m.number for m in made] == ["BLON-0001", "BLON-0002", "BLON-0003"]
+    assert {s for s, _ in states().values()} == {"confirmed"}
+    with pytest.raises(IntegrityError):
+        model.objects.bulk_create([model(branch="LON", ref="r9"), model(branch="LON", ref="r0")])
+    got = states()
+    assert got["BLON-0004"] == got["BLON-0005"] == ("voided", ROLLED_BACK)
+
+
+def test_a_number_set_by_hand_takes_no_reservation(model: Any) -> None:
+    define()
+    model.objects.create(branch="LON", ref="a", number="IMPORTED-1")
+    assert states() == {}
+
+
+def test_non_strict_sequences_are_refused_before_the_insert(model: Any) -> None:
+    Sequence.objects.define("bill", strategy="segment", template="B{ctx.branch:3}-{seq:04}")
+    with pytest.raises(Exception, match="strict"):
+        model.objects.create(branch="LON", ref="a")
+    assert not model.objects.exists()
+
+
+def test_checks_and_deconstruct() -> None:
+    with isolate_apps("testproject.shop"):
+
+        class Bad(models.Model):
+            number = SequenceField(sequence="bill", reserve=True, template="X{seq}")
+            other = SequenceField(sequence="bill", reserve=True, reserve_ttl=-1)
+
+            class Meta:
+                app_label = "shop"
+
+            def __str__(self) -> str:
+                return self.number
+
+        ids = [m.id for m in Bad.check()]
+        assert ids.count("django_sequences.E013") == 2
+        field = Bad._meta.get_field("other")
+        _, _, _, kwargs = field.deconstruct()
+        assert kwargs["reserve"] is True and kwargs["reserve_ttl"] == -1
+        _, _, _, plain = SequenceField(sequence="bill").deconstruct()
+        assert "reserve" not in plain and "reserve_ttl" not in plain
