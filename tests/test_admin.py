@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
-from django_sequences import next_values
+from django_sequences import next_values, reservations
 from django_sequences.admin.charts import chart_svg, count_text
 from django_sequences.admin.preview import parse_context, upcoming
 from django_sequences.conf import docs_url
@@ -31,6 +31,7 @@ from django_sequences.models import (
     Sequence,
     WorkerLease,
 )
+from django_sequences.models import Reservation as Row
 from django_sequences.ops.stats import minute_of, snapshot_leased
 
 # the lease runs on its own connection and commits: the tests see real, committed rows
@@ -81,6 +82,7 @@ def form_data(seq: Sequence, **changes: Any) -> dict[str, Any]:
         "max_value": seq.max_value,
         "template": seq.template,
         "reset": seq.reset,
+        "voided": seq.voided,
         "preview_context": "",
         # the counter-rows inline: none added
         "segments-TOTAL_FORMS": "0",
@@ -413,6 +415,7 @@ def test_strategy_option_errors_on_the_add_form(admin_client: Client) -> None:
         "max_value": 1000,
         "template": "",
         "reset": "",
+        "voided": "keep",
         "segments-TOTAL_FORMS": "0",
         "segments-INITIAL_FORMS": "0",
     }
@@ -860,6 +863,7 @@ def test_regression_admin_messages_gave_python_advice(admin_client: Client) -> N
         "cycle": "on",
         "template": "",
         "reset": "",
+        "voided": "keep",
         "segments-TOTAL_FORMS": "0",
         "segments-INITIAL_FORMS": "0",
         "segments-MIN_NUM_FORMS": "0",
@@ -901,3 +905,62 @@ def test_regression_a_new_reset_period_in_the_admin_issued_todays_numbers_again(
     assert Sequence.objects.get(pk=seq.pk).reset == ""
     registry.reset()
     assert not set(next_numbers("adm.period", 3)) & set(issued)
+
+
+# --- reservations (issue 16) --------------------------------------------------------------------
+
+
+def test_reservation_list_is_read_only_with_filters_and_the_audit_page(
+    admin_client: Client,
+) -> None:
+
+    Sequence.objects.define("inv", strategy="strict", template="INV{seq:04}")
+    a = reservations.reserve_number("inv", actor="alice")
+    b = reservations.reserve_number("inv")
+    c = reservations.reserve_number("inv")
+    a.confirm()
+    b.void("customer cancelled the order", actor="bob")
+    url = reverse("admin:django_sequences_reservation_changelist")
+    html = admin_client.get(url).content.decode()
+    for text in ("INV0001", "INV0002", "INV0003", "customer cancelled the order", "alice"):
+        assert text in html
+    assert reverse("admin:django_sequences_reservation_audit", args=["inv"]) in html
+    voided = admin_client.get(url + "?state__exact=voided").content.decode()
+    assert "INV0002" in voided and "INV0001" not in voided
+    assert admin_client.get(url + "?sequence=inv").status_code == 200
+    row = Row.objects.get(number="INV0001")
+    change = reverse("admin:django_sequences_reservation_change", args=[row.pk])
+    page = admin_client.get(change).content.decode()
+    assert 'name="_save"' not in page  # read-only
+    assert admin_client.get(reverse("admin:django_sequences_reservation_add")).status_code == 403
+    delete = reverse("admin:django_sequences_reservation_delete", args=[row.pk])
+    assert admin_client.get(delete).status_code == 403
+    audit = admin_client.get(reverse("admin:django_sequences_reservation_audit", args=["inv"]))
+    text = audit.content.decode()
+    assert audit.context["audit"].states == {"confirmed": 1, "voided": 1, "reserved": 1}
+    assert 'id="dsq-audit-voids"' in text and "customer cancelled the order" in text
+    assert "INV0003" in text and c.state == "reserved"
+    narrowed = admin_client.get(
+        reverse("admin:django_sequences_reservation_audit", args=["inv"]) + "?from=2&to=2"
+    )
+    assert [n.number for n in narrowed.context["audit"].numbers] == ["INV0002"]
+    bad = admin_client.get(
+        reverse("admin:django_sequences_reservation_audit", args=["nope"])
+    ).content.decode()
+    assert 'id="dsq-audit-error"' in bad and "nope" in bad
+    letters = admin_client.get(
+        reverse("admin:django_sequences_reservation_audit", args=["inv"]) + "?from=x"
+    )
+    assert "whole numbers" in letters.content.decode()
+
+
+def test_the_sequence_form_edits_the_voided_policy(admin_client: Client) -> None:
+    seq = Sequence.objects.define("inv", strategy="strict", template="INV{seq:04}")
+    page = admin_client.get(change_url(seq)).content.decode()
+    assert 'name="voided"' in page
+    response = admin_client.post(change_url(seq), form_data(seq, voided="reuse"))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    seq.refresh_from_db()
+    assert seq.voided == "reuse"
+    bad = admin_client.post(change_url(seq), form_data(seq, voided="later"))
+    assert bad.status_code == 200 and "voided" in bad.context["adminform"].form.errors

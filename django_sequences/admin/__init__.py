@@ -5,8 +5,10 @@ Importing this package registers every ModelAdmin (Django's autodiscover imports
 ``django_sequences.admin``): :mod:`.sites` holds them but the counter rows' (:mod:`.rows`),
 :mod:`.columns` the sequence list's cells, :mod:`.forms` their forms,
 :mod:`.preview` the change form's preview, :mod:`.charts` the figures and the status chart,
-:mod:`.leases` how worker leases read, :mod:`.rules` the "set value" rule of counter rows.
+:mod:`.leases` how worker leases read, :mod:`.rules` the "set value" rule of counter rows,
+:mod:`.reservations` the reservations and the audit page.
 """
 
+from . import reservations as reservations  # registers the reservations' ModelAdmin
 from . import rows as rows  # registers the counter rows' ModelAdmin
 from . import sites as sites  # registers the other ModelAdmins

@@ -100,6 +100,7 @@ class SequenceForm(forms.ModelForm):
             "cycle",
             "template",
             "reset",
+            "voided",
         )
         # wide enough for a long template and a 19-digit bound (admin.css)
         widgets = {
@@ -156,6 +157,7 @@ class SequenceForm(forms.ModelForm):
             template=value("template") or "",
             options=dict(options or {}),
             reset=value("reset") or "",
+            voided=value("voided") or "keep",
         )
         try:
             check_name(spec.name)
