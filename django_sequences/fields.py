@@ -322,7 +322,10 @@ class _Settle:
     def __init__(self, r: Reservation) -> None:
         self.sentinel = _Sentinel()
         self.state = {"done": False}
-        weakref.finalize(self.sentinel, _void_unless_done, r, self.state)
+        done = weakref.finalize(self.sentinel, _void_unless_done, r, self.state)
+        # not at interpreter exit: the database rolls an open transaction back, and the
+        # reservation expires (sequences_reap marks it) rather than being voided mid-shutdown
+        done.atexit = False
         self.r = r
 
     def __call__(self) -> None:
@@ -346,7 +349,8 @@ def _void_unless_done(r: Reservation, state: dict[str, bool]) -> None:
     state["done"] = True
     try:
         r.void(ROLLED_BACK)
-    except SequenceError:  # expired meanwhile, or the database is down: it expires, reap marks it
+    except Exception:  # (a finalizer must not raise) expired meanwhile, or the database is down:
+        # it stays reserved until it expires, and the reaper marks it
         logger.warning("Could not void %r of %r after a rollback", r.number, r.sequence)
 
 

@@ -30,6 +30,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 import django_sequences
 from django_sequences.models import IssueStat, Segment, Sequence
 from django_sequences.ops.stats import minute_of
+from django_sequences.reservations import reserve_number
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -342,3 +343,26 @@ def test_nothing_is_clipped_at_1280_and_1400_px(
         assert look(browser, rows, width, screenshots / f"counter-rows-{width}.png") == []
 
     print(f"screenshots: {screenshots}")
+
+
+def test_reservations_and_their_audit_are_not_clipped_at_1280_and_1400_px(
+    live_server: LiveServer, browser: WebDriver, static_root: None, screenshots: Path
+) -> None:
+    # a strict series with a long template: confirmed, voided with a long reason, reserved
+    Sequence.objects.define(
+        "warehouse.waybill.europe-central-1", strategy="strict", template="EU-WEST/SO-{seq:08}"
+    )
+    name = "warehouse.waybill.europe-central-1"
+    taken = [reserve_number(name, actor=f"clerk-{i}@example.com") for i in range(6)]
+    for r in taken[:3]:
+        r.confirm()
+    taken[3].void("the customer cancelled the order before payment; credit note CN-2026-0042")
+    base = f"{live_server.url}/admin/django_sequences/reservation/"
+    log_in(browser, live_server, "/admin/django_sequences/reservation/")
+    for width in WIDTHS:
+        clipped = look(browser, base, width, screenshots / f"reservations-{width}.png")
+        assert clipped == [], clipped
+        audit = f"{base}audit/{name}/"
+        clipped = look(browser, audit, width, screenshots / f"audit-{width}.png")
+        assert clipped == [], clipped
+        assert "the customer cancelled" in browser.find_element(By.ID, "dsq-audit-voids").text
