@@ -275,7 +275,7 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
                 f"SequenceField(reserve=True) {what}.",
                 hint="Drop template= (set it on the sequence) and give reserve_ttl in seconds.",
                 obj=self,
-                id="django_sequences.E013",
+                id="django_sequences.E015",
             )
         ]
 

@@ -176,7 +176,7 @@ def test_checks_and_deconstruct() -> None:
                 return self.number
 
         ids = [m.id for m in Bad.check()]
-        assert ids.count("django_sequences.E013") == 2
+        assert ids.count("django_sequences.E015") == 2
         field = Bad._meta.get_field("other")
         _, _, _, kwargs = field.deconstruct()
         assert kwargs["reserve"] is True and kwargs["reserve_ttl"] == -1
