@@ -318,25 +318,10 @@ def _counted(
     used = min(max(used, 0), c.bound)
     left = c.bound - used
     fraction = used / c.bound
-    if c.cycles:
-        return Capacity(
-            name,
-            c.kind,
-            c.bound,
-            used,
-            left,
-            fraction,
-            None,
-            None,
-            strategy=strategy,
-            period=c.period,
-            note=c.note,
-            rate=rate,
-            cycles=True,
-        )
-    runway = _runway(c, left, rate, now)
+    # a counter that cycles never runs out: no runway, never a warning
+    runway = None if c.cycles else _runway(c, left, rate, now)
     warning = None
-    if fraction >= limit or (runway is not None and runway < horizon):
+    if not c.cycles and (fraction >= limit or (runway is not None and runway < horizon)):
         what = f"{used:,} of the {c.bound:,} values of {c.note} are used ({_percent(fraction)})"
         when = "" if runway is None else f"; at the measured rate: out in {duration(runway)}"
         warning = f"Sequence {name!r}: {what}{when}. {c.advice}"
@@ -354,6 +339,7 @@ def _counted(
         note=c.note,
         rate=rate,
         ends_at=None if runway is None else now + timedelta(seconds=min(runway, 1e11)),
+        cycles=c.cycles,
     )
 
 
