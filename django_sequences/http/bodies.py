@@ -29,6 +29,18 @@ def has_query(request: HttpRequest) -> bool:
     return bool(request.META.get("QUERY_STRING"))
 
 
+def refuse_unknown_query(request: HttpRequest, allowed: frozenset[str], takes: str) -> None:
+    """A 400 naming the query parameters outside ``allowed`` (a typo such as ``cout`` would
+    otherwise be ignored); ``takes`` ends the message: what the endpoint does take."""
+    if has_query(request):
+        unknown = sorted(set(request.GET) - allowed)
+        if unknown:
+            raise bad_request(
+                f"Unknown query parameter(s) {', '.join(map(repr, unknown))}; this endpoint "
+                f"takes {takes}."
+            )
+
+
 #: Deepest nesting of arrays and objects in a body (a context may nest 8 levels).
 MAX_BODY_DEPTH = 16
 #: Longest integer literal in a body; longer ones are refused before Python converts them.

@@ -29,9 +29,12 @@ from django.http import HttpRequest
 from .. import registry
 from ..exceptions import ReservationNotFound
 from ..reservations import MAX_ACTOR, MAX_TTL, Reservation, get_reservation, reserve_number
-from .bodies import MAX_REASON, has_query, ids_as_strings, json_body
+from .bodies import MAX_REASON, ids_as_strings, json_body, refuse_unknown_query
 from .plumbing import Payload, bad_request, endpoint, short
 from .views import check_context
+
+#: The one query parameter these endpoints take.
+_IDS = frozenset({"ids"})
 
 #: Arguments of ``reserve_number()`` itself, which a context entry cannot be named.
 RESERVED_CONTEXT = frozenset({"name", "ttl", "actor", "using"})
@@ -42,7 +45,7 @@ _DECIMAL = re.compile(r"-?[0-9]{1,20}\Z")
 def reserve(request: HttpRequest, name: str) -> Payload:
     """Reserve the next number of strict sequence ``name`` (with ``voided="reuse"``, the lowest
     voided or expired one first) for ``ttl`` seconds (default ``RESERVATION_TTL``)."""
-    _only_ids(request)
+    refuse_unknown_query(request, _IDS, "ids (the rest goes in the JSON body)")
     body = json_body(request, ("ttl", "context", "actor", "ids"))
     as_strings = ids_as_strings(request, body)
     ttl = _ttl(body)
@@ -56,7 +59,7 @@ def reserve(request: HttpRequest, name: str) -> Payload:
 @endpoint("POST")
 def confirm(request: HttpRequest, name: str, number: str) -> Payload:
     """Confirm reservation ``number`` of sequence ``name``: the number is used."""
-    _only_ids(request)
+    refuse_unknown_query(request, _IDS, "ids (the rest goes in the JSON body)")
     body = json_body(request, ("actor", "ids"))
     as_strings = ids_as_strings(request, body)
     actor = _text(body, "actor", MAX_ACTOR)
@@ -68,7 +71,7 @@ def confirm(request: HttpRequest, name: str, number: str) -> Payload:
 @endpoint("POST")
 def void(request: HttpRequest, name: str, number: str) -> Payload:
     """Void reservation ``number`` of sequence ``name``, saying why (``reason``, required)."""
-    _only_ids(request)
+    refuse_unknown_query(request, _IDS, "ids (the rest goes in the JSON body)")
     body = json_body(request, ("reason", "actor", "ids"))
     as_strings = ids_as_strings(request, body)
     reason = _text(body, "reason", MAX_REASON)
@@ -87,7 +90,7 @@ def void(request: HttpRequest, name: str, number: str) -> Payload:
 def reservation(request: HttpRequest, name: str, number: str) -> Payload:
     """Reservation ``number`` of sequence ``name`` as it is now (``state`` says ``expired``
     for one still reserved past its ``expires_at``)."""
-    _only_ids(request)
+    refuse_unknown_query(request, _IDS, "ids (the rest goes in the JSON body)")
     return payload(_find(name, number), ids_as_strings(request, {}))
 
 
@@ -105,16 +108,6 @@ def payload(r: Reservation, as_strings: bool) -> Payload:
         "actor": r.actor,
         "attempt": r.attempt,
     }
-
-
-def _only_ids(request: HttpRequest) -> None:
-    if has_query(request):
-        unknown = sorted(set(request.GET) - {"ids"})
-        if unknown:
-            raise bad_request(
-                f"Unknown query parameter(s) {', '.join(map(repr, unknown))}; this endpoint "
-                f"takes ids (the rest goes in the JSON body)."
-            )
 
 
 def _ttl(body: Payload) -> float | None:

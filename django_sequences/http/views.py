@@ -47,7 +47,7 @@ from ..api import decode
 from ..exceptions import InvalidKey
 from ..formats.context import ContextKeyConflict, put_dotted
 from . import openapi as openapi_document
-from .bodies import count_of, has_query, ids_as_strings, json_body
+from .bodies import count_of, has_query, ids_as_strings, json_body, refuse_unknown_query
 from .plumbing import (
     Payload,
     bad_request,
@@ -75,12 +75,7 @@ def values(request: HttpRequest, name: str) -> Payload:
     sharded sequence's step by the number of shards)."""
     key: str | None = None
     if has_query(request):
-        unknown = sorted(set(request.GET) - {"count", "key", "ids"})
-        if unknown:
-            raise bad_request(
-                f"Unknown query parameter(s) {', '.join(map(repr, unknown))}; this endpoint "
-                f"takes count, key and ids."
-            )
+        refuse_unknown_query(request, frozenset({"count", "key", "ids"}), "count, key and ids")
         key = request.GET.get("key")
     body = json_body(request, ("count", "key", "ids"))
     count = count_of(request, body)
@@ -149,13 +144,7 @@ def explain(request: HttpRequest, name: str, value: str) -> Payload:
     """The parts of ``value``: a value of sequence ``name`` (snowflake, timestamp …) or, for a
     sequence with a template, one of its numbers (``api.explain`` reads the text as a number
     first, then as a value)."""
-    if has_query(request):
-        unknown = sorted(set(request.GET) - {"ids"})
-        if unknown:
-            raise bad_request(
-                f"Unknown query parameter(s) {', '.join(map(repr, unknown))}; this endpoint "
-                f"takes ids."
-            )
+    refuse_unknown_query(request, frozenset({"ids"}), "ids")
     as_strings = ids_as_strings(request, {})
     if not registry.spec(name, None).template:
         if not _VALUE_RE.match(value):
