@@ -36,6 +36,7 @@ from . import numbers, registry
 from .audits import Audit, AuditNumber, Gap, audit
 from .conf import app_settings
 from .core import retry
+from .core.base import SequenceSpec
 from .core.validation import check_name, check_using, shown
 from .exceptions import (
     InvalidDefinition,
@@ -205,25 +206,7 @@ def reserve_number(
     who = _actor(actor)
     check_using(using)
     spec = registry.build(name, using).spec  # SequenceNotFound for an unknown name
-    if spec.strategy != "strict":
-        raise InvalidDefinition(
-            f"Sequence {spec.name!r} is a {spec.strategy!r} sequence: reservations take their "
-            f"values from one counter row, so only strict sequences have them. Define a strict "
-            f"sequence for numbers you reserve.",
-            field="strategy",
-        )
-    if isinstance(spec.options.get("shards"), int) and spec.options["shards"] > 1:
-        raise InvalidDefinition(
-            f"Sequence {spec.name!r} is sharded (options['shards'] = {spec.options['shards']}): "
-            f"reservations need one counter row per period. Define it without shards.",
-            field="options",
-        )
-    if spec.cycle:
-        raise InvalidDefinition(
-            f"Sequence {spec.name!r} cycles (cycle=True): it would issue its values again, and "
-            f"a reservation accounts for each value once. Define it with cycle=False.",
-            field="cycle",
-        )
+    check_reservable(spec)
     wall = time.time()
     render: Callable[[int], str] = str  # no template: the number is the value
     key = spec.name
@@ -250,6 +233,30 @@ def reserve_number(
             return claimed
 
     return _fresh(alias, spec.name, key, now, expires, who, render)
+
+
+def check_reservable(spec: SequenceSpec) -> None:
+    """Raise :class:`InvalidDefinition` unless sequence ``spec`` can reserve numbers: strict,
+    unsharded and not cycling (every value recorded where it is taken, once)."""
+    if spec.strategy != "strict":
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r} is a {spec.strategy!r} sequence: reservations take their "
+            f"values from one counter row, so only strict sequences have them. Define a strict "
+            f"sequence for numbers you reserve.",
+            field="strategy",
+        )
+    if isinstance(spec.options.get("shards"), int) and spec.options["shards"] > 1:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r} is sharded (options['shards'] = {spec.options['shards']}): "
+            f"reservations need one counter row per period. Define it without shards.",
+            field="options",
+        )
+    if spec.cycle:
+        raise InvalidDefinition(
+            f"Sequence {spec.name!r} cycles (cycle=True): it would issue its values again, and "
+            f"a reservation accounts for each value once. Define it with cycle=False.",
+            field="cycle",
+        )
 
 
 async def areserve_number(

@@ -35,6 +35,8 @@ def api() -> Client:
     Sequence.objects.define("inv", strategy="strict", template=INVOICE)
     Sequence.objects.define("plain", strategy="strict", template="P{seq}")
     Sequence.objects.define("bare", strategy="strict")
+    Sequence.objects.define("ring", strategy="strict", max_value=9, cycle=True)
+    Sequence.objects.define("room", strategy="strict", options={"shards": 2})
     Sequence.objects.define("order", step=100)
     token = ApiToken.create_token("res", ["*"])[1]
     return Client(headers={"authorization": f"Bearer {token}"})
@@ -195,6 +197,8 @@ def test_reuse_gives_a_voided_number_again(api: Client) -> None:
         ("/ids/inv/reservations?area=010", {}, "Unknown query parameter"),
         ("/ids/inv/reservations?ids=x", {}, "ids must be"),
         ("/ids/order/reservations", {}, "strategy 'segment'"),
+        ("/ids/ring/reservations", {}, "cycles (cycle=True)"),
+        ("/ids/room/reservations", {}, "is sharded"),
     ],
 )
 def test_a_refused_reservation_consumes_nothing(

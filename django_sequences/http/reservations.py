@@ -27,8 +27,15 @@ from typing import Any
 from django.http import HttpRequest
 
 from .. import registry
-from ..exceptions import ReservationNotFound
-from ..reservations import MAX_ACTOR, MAX_TTL, Reservation, get_reservation, reserve_number
+from ..exceptions import InvalidDefinition, ReservationNotFound
+from ..reservations import (
+    MAX_ACTOR,
+    MAX_TTL,
+    Reservation,
+    check_reservable,
+    get_reservation,
+    reserve_number,
+)
 from .bodies import MAX_REASON, ids_as_strings, json_body, refuse_unknown_query
 from .plumbing import Payload, bad_request, endpoint, short
 from .views import check_context
@@ -158,17 +165,16 @@ def _context(body: Payload) -> dict[str, Any]:
 
 
 def _check_strategy(name: str) -> None:
-    """The core's rules (``reservations.reserve_number``), answered 400 rather than with its
+    """The core's rule (``reservations.check_reservable``), answered 400 rather than with its
     InvalidDefinition (a 500: a definition the server cannot use)."""
     spec = registry.spec(name, None)
-    shards = spec.options.get("shards")
-    if spec.strategy != "strict" or (isinstance(shards, int) and shards > 1):
-        kind = "sharded strict" if spec.strategy == "strict" else repr(spec.strategy)
+    try:
+        check_reservable(spec)
+    except InvalidDefinition as exc:
         raise bad_request(
-            f"Sequence {name!r} (strategy {kind}) cannot reserve numbers: reservations are "
-            f"for unsharded strict sequences, whose every value is recorded where it is "
-            f"taken. Use POST .../numbers or .../values for this one."
-        )
+            f"Sequence {name!r} (strategy {spec.strategy!r}) cannot reserve numbers: {exc} "
+            f"Use POST .../numbers or .../values for this one."
+        ) from None
 
 
 def _find(name: str, number: str) -> Reservation:
