@@ -218,10 +218,6 @@ def count_of(request: HttpRequest, body: Payload) -> int:
     return count
 
 
-#: The longest ``reason`` of a void sent over HTTP (the column has no limit; a client's
-#: message should).
-MAX_REASON = 1000
-
 #: ``ids``: how an answer writes the values it holds (``values``, ``first``, ``last``,
 #: ``value``): JSON integers (the default) or decimal strings, which JavaScript's
 #: ``JSON.parse`` keeps exact above 2**53 (``Number.MAX_SAFE_INTEGER``).

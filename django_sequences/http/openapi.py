@@ -21,8 +21,11 @@ import functools
 from collections.abc import Callable
 
 from ..conf import app_settings, docs_url
-from ..reservations import MAX_ACTOR, MAX_TTL
-from .bodies import MAX_REASON
+from ..reservations import (
+    MAX_ACTOR,
+    MAX_REASON,  # the core refuses a longer reason
+    MAX_TTL,
+)
 from .schemas import (
     COMMON,
     ERROR_RESPONSES,

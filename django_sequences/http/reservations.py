@@ -30,13 +30,14 @@ from .. import registry
 from ..exceptions import InvalidDefinition, ReservationNotFound
 from ..reservations import (
     MAX_ACTOR,
+    MAX_REASON,
     MAX_TTL,
     Reservation,
     check_reservable,
     get_reservation,
     reserve_number,
 )
-from .bodies import MAX_REASON, ids_as_strings, json_body, refuse_unknown_query
+from .bodies import ids_as_strings, json_body, refuse_unknown_query
 from .plumbing import Payload, bad_request, endpoint, short
 from .views import check_context
 
