@@ -434,9 +434,12 @@ def _on_class_prepared(sender: type[models.Model], **kwargs: Any) -> None:
         return
     if any(getattr(f, "reserve", False) for f in sequence_fields(sender)):
         post_save.connect(_confirm_after_insert, sender=sender, dispatch_uid=_UID, weak=False)
-    # ``_meta.managers`` holds the manager objects ``Model.objects`` returns (copies made for
-    # this class, computed while the class was prepared)
-    for manager in sender._meta.managers:
+    # ``_meta.managers`` holds the manager objects ``Model.objects`` returns: copies of
+    # ``_meta.local_managers`` made for this class. Django makes them again whenever the app
+    # registry's cache is cleared (a model registered later, ``isolate_apps``), copying each
+    # local manager's attributes: wrapping the local managers too keeps the wrapper on every
+    # later copy (a copy's wrapper calls the local manager's bulk_create: the same model)
+    for manager in (*sender._meta.local_managers, *sender._meta.managers):
         _wrap_bulk_create(manager)
 
 
