@@ -157,7 +157,7 @@ def reserve_work(business_s: float) -> Callable[[int], None]:
         with transaction.atomic():
             time.sleep(business_s)
             Order.objects.create(number=r.number, customer="bench")
-        r.confirm()
+            r.confirm()  # joins the transaction: confirmed with the order, or not at all
 
     return work
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import UpdateQuery
 from django.db.models.sql.constants import ROW_COUNT
@@ -52,7 +52,7 @@ from .formats.keys import period_key
 from .models import Reservation as Row
 from .models import ReservationEvent, Segment, Sequence
 from .sources import rows
-from .sources.connections import insert, on_private, resolve_alias, select
+from .sources.connections import insert, on_pooled, resolve_alias, select
 
 _T = TypeVar("_T")
 
@@ -108,12 +108,19 @@ class Reservation:
 
     def confirm(self, *, actor: str | None = None) -> None:
         """Confirm it: the number is used for good. Raises :class:`ReservationExpired` past
-        ``expires_at``, :class:`ReservationSettled` when it is not ``reserved`` any more."""
+        ``expires_at``, :class:`ReservationSettled` when it is not ``reserved`` any more.
+
+        Inside ``transaction.atomic()`` on the sequence's database the confirmation joins that
+        transaction: it commits with the business rows (``state`` reads ``confirmed`` from
+        then on) or rolls back with them (the reservation is ``reserved`` again and expires,
+        unless confirmed or voided later). Outside, it commits at once."""
         self._settle("confirmed", _actor(actor) if actor is not None else self.actor, "")
 
     def void(self, reason: str, *, actor: str | None = None) -> None:
         """Void it, saying why (``reason``, required): ``keep`` keeps the number as a gap with
-        its reason, ``reuse`` gives it to a later reservation. Raises as :meth:`confirm`."""
+        its reason, ``reuse`` gives it to a later reservation. Raises as :meth:`confirm`. It
+        commits at once on the app's own connection, also inside your transaction: the record
+        of why a number went unused does not depend on your rows."""
         if (
             not isinstance(reason, str)
             or not reason.strip()
@@ -154,9 +161,17 @@ class Reservation:
                 _event(w, self.id, self.attempt, state, now, actor, reason)
             return changed
 
-        if _transaction(alias, self.key, write):
-            self.state = state
-            self.actor = actor
+        caller = connections[alias]
+        if state == "confirmed" and caller.in_atomic_block:
+            # the caller's transaction: no commit of its own, and the row's lock is held only
+            # from here to the caller's commit (the reaper and a reuse claim wait, then see it)
+            with transaction.atomic(using=alias, savepoint=False):
+                joined = write(caller)
+            if joined:
+                transaction.on_commit(lambda: self._settled(state, actor), using=alias)
+                return
+        elif _transaction(alias, self.key, write):
+            self._settled(state, actor)
             return
         row = Row.objects.using(alias).filter(pk=self.id).first()
         verb = "confirm" if state == "confirmed" else "void"
@@ -186,6 +201,10 @@ class Reservation:
             f"{' (' + row.reason + ')' if row.reason else ''}.",
             field="number",
         )
+
+    def _settled(self, state: str, actor: str) -> None:
+        self.state = state
+        self.actor = actor
 
 
 # --- reserving ----------------------------------------------------------------------------------
@@ -284,10 +303,16 @@ def _fresh(
 ) -> Reservation:
     """A new value from counter row ``key`` and its reservation, in one transaction."""
     if (alias, key) not in _rows_made:
-        on_private(alias, key, lambda w: _ensure_row(w, key, name))
+        on_pooled(alias, key, lambda w: _ensure_row(w, key, name))
         _rows_made.add((alias, key))
 
     def write(w: BaseDatabaseWrapper) -> Reservation | None:
+        if w.vendor == "postgresql" and _ASYNC:
+            # this transaction's commit does not wait for the disk, so the counter row's lock
+            # is not held across a flush; the 'reserved' event's commit below waits for the
+            # flush of everything before it, so the number is durable before it is returned
+            with w.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit = off")
         taken = rows.increment_in(Segment, w, key, 1, name)
         if taken is None:
             return None  # the optimistic fallback lost a race: roll back, try again
@@ -304,13 +329,20 @@ def _fresh(
             attempt=1,
         )
         insert(w, row)
-        _event(w, row.pk, 1, "reserved", now, actor, "")
+        if w.vendor != "postgresql" or not _ASYNC:
+            _event(w, row.pk, 1, "reserved", now, actor, "")
         return _of(row, alias)
 
-    made = _transaction(alias, key, write, retry_none=True)
+    def durable(w: BaseDatabaseWrapper, made: Reservation | None) -> None:
+        if made is not None and w.vendor == "postgresql" and _ASYNC:
+            _event(w, made.id, 1, "reserved", now, actor, "")  # (autocommit: a flushed commit)
+
+    made = _transaction(alias, key, write, retry_none=True, then=durable)
     assert made is not None  # (retry_none: a None is retried, never returned)
     return made
 
+
+_ASYNC = True
 
 #: Counter rows this process saw exist (by alias and key): one round trip less per
 #: reservation. A row deleted since (a pruned period) is made again by the increment's
@@ -340,7 +372,7 @@ def _claim(
             b = select(w, overdue.order_by("value").values_list(*fields, "value")[:4])
             return sorted(a + b, key=lambda r: r[3])
 
-        candidates = on_private(alias, key, read)
+        candidates = on_pooled(alias, key, read)
         if not candidates:
             return None
         for pk, state, attempt, _value in candidates:
@@ -421,7 +453,7 @@ def expire(now: datetime | None = None, using: str | None = None) -> int:
     overdue = Row.objects.filter(state="reserved", expires_at__lte=at)
     done = 0
     while True:
-        batch = on_private(
+        batch = on_pooled(
             alias, "reservations", lambda w: select(w, overdue.values_list("pk", "attempt")[:200])
         )
         if not batch:
@@ -522,11 +554,18 @@ _TRANSIENT = ("deadlock", "database is locked", "could not serialize", "lock wai
 
 
 def _transaction(
-    alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T], *, retry_none: bool = False
+    alias: str,
+    key: str,
+    fn: Callable[[BaseDatabaseWrapper], _T],
+    *,
+    retry_none: bool = False,
+    then: Callable[[BaseDatabaseWrapper, _T], None] | None = None,
 ) -> _T:
-    """Run ``fn`` in one transaction on the private connection of ``alias`` and commit it
+    """Run ``fn`` in one transaction on a private connection of ``alias`` and commit it
     (roll back on any error, or when ``retry_none`` and it returns None: then run it again
-    after a back-off, as a deadlock or a busy database is too)."""
+    after a back-off, as a deadlock or a busy database is too); then ``then(connection,
+    result)`` in autocommit on the same connection (an error there is not retried: the
+    transaction committed)."""
 
     def once() -> tuple[_T] | None:
         def run(w: BaseDatabaseWrapper) -> tuple[_T] | None:
@@ -537,7 +576,6 @@ def _transaction(
                     w.rollback()
                     return None
                 w.commit()
-                return (result,)
             except DatabaseError as exc:
                 w.rollback()
                 if any(t in str(exc).lower() for t in _TRANSIENT):
@@ -548,8 +586,11 @@ def _transaction(
                 raise
             finally:
                 w.set_autocommit(True)
+            if then is not None:
+                then(w, result)
+            return (result,)
 
-        return on_private(alias, key, run)
+        return on_pooled(alias, key, run)
 
     found = retry.until_won(once, app_settings.LEASE_RETRIES, app_settings.LEASE_BACKOFF)
     if found is None:

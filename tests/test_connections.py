@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -78,3 +79,44 @@ def test_fork_waits_until_no_thread_is_inside_a_lease_statement() -> None:
     assert os.waitstatus_to_exitcode(status) == 0, "fork() ran while a lease held its connection"
     with conn.use():  # the parent's connection is usable after the fork
         pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_pooled_gives_a_thread_a_free_connection_while_another_holds_one() -> None:
+    """Reservations spread over a pool: a thread does not wait for another thread's
+    transaction on the private connection (SQLite: one connection, its writer is one)."""
+    import threading
+
+    from django_sequences.sources.connections import on_pooled, on_private
+
+    alias = connection.alias
+    if connection.vendor == "sqlite":
+        # one writer at a time whatever the connection: the lease connection, always
+        assert on_pooled(alias, "k", lambda w: w) is on_private(alias, "k", lambda w: w)
+        return
+    holding = threading.Event()
+    release = threading.Event()
+    seen: dict[str, Any] = {}
+
+    def hold() -> None:
+        def fn(w: Any) -> None:
+            seen["held"] = w
+            holding.set()
+            release.wait(10)
+
+        on_pooled(alias, "k", fn)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert holding.wait(10)
+        start = time.monotonic()
+        seen["other"] = on_pooled(alias, "k", lambda w: w)
+        waited = time.monotonic() - start
+    finally:
+        release.set()
+        t.join()
+    assert seen["other"] is not seen["held"]
+    assert waited < 5  # (it would wait the 10 s the holder sleeps)
+    # nobody holds one now: the first slot every time, no connection opened beyond it
+    assert {id(on_pooled(alias, "k", lambda w: w)) for _ in range(3)} == {id(seen["held"])}

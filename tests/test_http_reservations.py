@@ -106,6 +106,23 @@ def test_confirm_then_nothing_else(api: Client) -> None:
     assert state() == before
 
 
+def test_confirm_under_atomic_requests_is_committed_when_answered(api: Client) -> None:
+    """With ATOMIC_REQUESTS the API views still run outside the request's transaction: a
+    confirm answered ``confirmed`` is committed (inside it, it would join that transaction and
+    answer ``reserved``)."""
+    from django.db import connection
+
+    connection.settings_dict["ATOMIC_REQUESTS"] = True  # (read per request by Django)
+    try:
+        number = reserve(api)["number"]
+        r = post(api, f"/ids/inv/reservations/{number}/confirm", {"actor": "billing"})
+        assert r.status_code == 200, r.content
+        assert r.json()["state"] == "confirmed"
+        assert r_state("inv", number) == "confirmed"
+    finally:
+        connection.settings_dict["ATOMIC_REQUESTS"] = False
+
+
 def test_void_needs_a_reason_and_keeps_it(api: Client) -> None:
     number = reserve(api)["number"]
     before = state()

@@ -264,3 +264,56 @@ def test_async_twins() -> None:
 
     r, s = asyncio.run(main())
     assert (r.state, s.state, s.value) == ("confirmed", "voided", 2)
+
+
+def test_confirm_inside_atomic_commits_with_the_business_rows() -> None:
+    from django.db import transaction
+
+    Sequence.objects.define("joined", strategy="strict", template="J{seq:03}")
+    r = reservations.reserve_number("joined")
+    with transaction.atomic():
+        r.confirm(actor="clerk")
+        # joined, not committed: the object says so only once the transaction commits
+        assert r.state == "reserved"
+        assert Row.objects.get(pk=r.id).state == "confirmed"  # (this transaction's view)
+    assert (r.state, r.actor) == ("confirmed", "clerk")
+    assert Row.objects.get(pk=r.id).state == "confirmed"
+    states = list(
+        ReservationEvent.objects.filter(reservation_id=r.id)
+        .order_by("id")
+        .values_list("state", flat=True)
+    )
+    assert states == ["reserved", "confirmed"]
+
+
+def test_confirm_inside_atomic_rolls_back_with_the_business_rows() -> None:
+    from django.db import transaction
+
+    Sequence.objects.define("undone", strategy="strict", template="U{seq:03}")
+    r = reservations.reserve_number("undone")
+
+    class Failed(Exception):
+        pass
+
+    with pytest.raises(Failed), transaction.atomic():
+        r.confirm()
+        raise Failed
+    # the confirmation went with the transaction: still reserved, and it can settle later
+    assert r.state == "reserved"
+    assert Row.objects.get(pk=r.id).state == "reserved"
+    assert not ReservationEvent.objects.filter(reservation_id=r.id, state="confirmed").exists()
+    r.void("the order failed")
+    assert Row.objects.get(pk=r.id).state == "voided"
+
+
+def test_a_refused_confirm_inside_atomic_leaves_the_transaction_usable() -> None:
+    from django.db import transaction
+
+    Sequence.objects.define("twice", strategy="strict")
+    r = reservations.reserve_number("twice")
+    r.confirm()
+    with transaction.atomic():
+        with pytest.raises(ReservationSettled):
+            r.confirm()
+        assert Sequence.objects.filter(name="twice").exists()  # the transaction still works
+    assert Row.objects.get(pk=r.id).state == "confirmed"

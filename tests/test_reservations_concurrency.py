@@ -1,6 +1,7 @@
 """Issue 16's concurrency test of reservations: 4 processes (2 forked, 2 spawned) x 4 threads
-reserve, confirm, void and abandon (let expire, short ttl) numbers of a ``reuse`` and a ``keep``
-sequence at random; one forked process is killed with SIGKILL mid-run.
+reserve, confirm (alone, or inside a business transaction that commits or rolls back), void and
+abandon (let expire, short ttl) numbers of a ``reuse`` and a ``keep`` sequence at random; one
+forked process is killed with SIGKILL mid-run.
 
 Afterwards the series **settles**: :func:`reservations.expire` runs at a time past every
 reservation's ``expires_at`` (so nothing is left ``reserved``), then, for the ``reuse`` series,
@@ -48,8 +49,13 @@ def reserve_loop(names: tuple[str, ...], seed: int, until: float, log_path: str)
     until ``until`` (wall clock), each step that succeeded logged as one line (one
     ``os.write`` on an O_APPEND file, so a killed process has logged all it saw succeed)."""
     # after django.setup() in a spawned child (a forked one inherits it): the models need it
+    from django.db import transaction
+
     from django_sequences import reservations
     from django_sequences.exceptions import ReservationExpired, ReservationSettled
+
+    class RolledBack(Exception):
+        pass
 
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
@@ -66,9 +72,20 @@ def reserve_loop(names: tuple[str, ...], seed: int, until: float, log_path: str)
                 )
                 time.sleep(rnd.random() * 0.01)  # the business transaction
                 action = rnd.random()
-                if action < 0.5:
+                if action < 0.25:
                     r.confirm()
                     log(f"C {name} {r.value} {r.attempt}")
+                elif action < 0.4:  # confirmed in the business transaction, committed
+                    with transaction.atomic():
+                        r.confirm()
+                    log(f"C {name} {r.value} {r.attempt}")
+                elif action < 0.5:  # confirmed in one that rolls back: it stays reserved
+                    try:
+                        with transaction.atomic():
+                            r.confirm()
+                            raise RolledBack
+                    except RolledBack:
+                        log(f"A {name} {r.value} {r.attempt}")
                 elif action < 0.75:
                     r.void(f"void {k}")
                     log(f"V {name} {r.value} {r.attempt}")

@@ -40,7 +40,7 @@ from django.core.exceptions import (
     SuspiciousOperation,
     TooManyFieldsSent,
 )
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, UnreadablePostError
 from django.utils import timezone
@@ -443,6 +443,9 @@ def endpoint(*methods: str, status: int = 200) -> Callable[[ApiView[P]], DjangoV
     ``{"error": {"code", "message"}}`` with its status (:data:`ERRORS`).
 
     Exempt from CSRF: only bearer tokens are accepted, never a session (module docstring).
+    Outside ``ATOMIC_REQUESTS``: what a view writes commits before its answer is sent (a
+    confirm answered ``confirmed`` is confirmed), and an error answer rolls nothing of the
+    caller's back.
     """
     allow = ", ".join(methods)
 
@@ -460,6 +463,6 @@ def endpoint(*methods: str, status: int = 200) -> Callable[[ApiView[P]], DjangoV
                 return error_for(exc)
             return json_response(payload, status)
 
-        return csrf_exempt(run)
+        return csrf_exempt(transaction.non_atomic_requests(run))
 
     return wrap

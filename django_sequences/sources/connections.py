@@ -7,10 +7,13 @@ caller's connection: each process keeps one extra connection per database alias,
 copy of that alias's settings (so it follows the test database too), in autocommit mode.
 
 The connection is shared by every thread of the process under ``lock`` (leases are rare: one
-per range), marked with ``inc_thread_sharing()`` so Django allows that. It stays open between
-leases (``CONN_MAX_AGE = None``) and is reopened when the server went away. After ``fork()``
-the child drops it *without closing it*: closing would send the server a goodbye on the socket
-the parent still uses.
+per range), marked with ``inc_thread_sharing()`` so Django allows that. Work that is not rare
+(reservations: a short transaction per number) runs on :func:`on_pooled`, which takes the
+first free connection of a small pool per alias (``POOL_SIZE``; slot 0 is the lease
+connection, the others are opened when threads first find every earlier one busy). Each stays
+open between uses (``CONN_MAX_AGE = None``) and is reopened when the server went away. After
+``fork()`` the child drops them *without closing them*: closing would send the server a goodbye
+on the sockets the parent still uses.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ _orphans: list[Any] = []
 class LeaseConnection:
     """One private, autocommit connection to a database alias, shared by this process's threads."""
 
-    def __init__(self, alias: str) -> None:
+    def __init__(self, alias: str, slot: int = 0) -> None:
         self.alias = alias
+        self.slot = slot
         self.lock = threading.RLock()
         self._wrapper: BaseDatabaseWrapper | None = None
         forking.register(self)
@@ -57,7 +61,8 @@ class LeaseConnection:
         settings_dict["CONN_MAX_AGE"] = None
         backend = load_backend(settings_dict["ENGINE"])
         wrapper: BaseDatabaseWrapper = backend.DatabaseWrapper(
-            settings_dict, alias=f"{self.alias}:django_sequences"
+            settings_dict,
+            alias=f"{self.alias}:django_sequences" + (f":{self.slot}" if self.slot else ""),
         )
         wrapper.inc_thread_sharing()
         return wrapper
@@ -91,18 +96,22 @@ class LeaseConnection:
         self.lock = threading.RLock()
 
 
-_by_alias: dict[str, LeaseConnection] = {}
+_by_alias: dict[tuple[str, int], LeaseConnection] = {}
 _by_alias_lock = threading.Lock()
 
+#: Private connections per alias that :func:`on_pooled` spreads its work over.
+POOL_SIZE = 4
 
-def lease_connection(alias: str) -> LeaseConnection:
-    conn = _by_alias.get(alias)
+
+def lease_connection(alias: str, slot: int = 0) -> LeaseConnection:
+    """The private connection ``slot`` of ``alias`` (0: the one leases use)."""
+    conn = _by_alias.get((alias, slot))
     if conn is None:
         with _by_alias_lock:
-            conn = _by_alias.get(alias)
+            conn = _by_alias.get((alias, slot))
             if conn is None:
                 _hold_across_fork()
-                conn = _by_alias[alias] = LeaseConnection(alias)
+                conn = _by_alias[(alias, slot)] = LeaseConnection(alias, slot)
     return conn
 
 
@@ -198,7 +207,29 @@ def insert_many(w: BaseDatabaseWrapper, objs: list[Any]) -> None:
 def on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
     """Run ``fn`` on the private connection of ``alias``; after a database error, reconnect and
     try once more (the server may have restarted), then raise :class:`BackendUnavailable`."""
-    conn = lease_connection(alias)
+    return _run(lease_connection(alias), alias, key, fn)
+
+
+def on_pooled(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
+    """:func:`on_private` on the first private connection of ``alias`` that no other thread
+    holds (of ``POOL_SIZE``; when all are busy, wait for one chosen by the thread): threads of
+    one process then do not queue behind each other's round trips and commits. SQLite writes
+    one transaction at a time whatever the connection, so there it is :func:`on_private`."""
+    if connections[alias].vendor == "sqlite":
+        return on_private(alias, key, fn)
+    for slot in range(POOL_SIZE):
+        conn = lease_connection(alias, slot)
+        if conn.lock.acquire(blocking=False):
+            try:
+                return _run(conn, alias, key, fn)
+            finally:
+                conn.lock.release()
+    return _run(lease_connection(alias, threading.get_ident() % POOL_SIZE), alias, key, fn)
+
+
+def _run(
+    conn: LeaseConnection, alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]
+) -> _T:
     for attempt in (1, 2):
         try:
             with conn.use() as w:
