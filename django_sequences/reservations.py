@@ -26,23 +26,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, connections, transaction
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.sql import UpdateQuery
-from django.db.models.sql.constants import ROW_COUNT
 from django.utils import timezone
 
 from . import numbers, registry
 from .audits import Audit, AuditNumber, Gap, audit
 from .conf import app_settings
-from .core import retry
 from .core.base import SequenceSpec
 from .core.validation import check_name, check_using, shown
 from .exceptions import (
     InvalidDefinition,
     InvalidKey,
     InvalidReservation,
-    LeaseContention,
     ReservationExpired,
     ReservationNotFound,
     ReservationSettled,
@@ -53,6 +49,7 @@ from .models import Reservation as Row
 from .models import ReservationEvent, Segment, Sequence
 from .sources import rows
 from .sources.connections import insert, on_pooled, resolve_alias, select
+from .sources.transactions import in_transaction, update_rows
 
 _T = TypeVar("_T")
 
@@ -147,7 +144,7 @@ class Reservation:
 
         def write(w: BaseDatabaseWrapper) -> int:
             now = timezone.now()
-            changed = _update(
+            changed = update_rows(
                 w,
                 Row.objects.filter(
                     pk=self.id, state="reserved", attempt=self.attempt, expires_at__gt=now
@@ -170,7 +167,7 @@ class Reservation:
             if joined:
                 transaction.on_commit(lambda: self._settled(state, actor), using=alias)
                 return
-        elif _transaction(alias, self.key, write):
+        elif in_transaction(alias, self.key, write):
             self._settled(state, actor)
             return
         row = Row.objects.using(alias).filter(pk=self.id).first()
@@ -337,7 +334,7 @@ def _fresh(
         if made is not None and w.vendor == "postgresql" and _ASYNC:
             _event(w, made.id, 1, "reserved", now, actor, "")  # (autocommit: a flushed commit)
 
-    made = _transaction(alias, key, write, retry_none=True, then=durable)
+    made = in_transaction(alias, key, write, retry_none=True, then=durable)
     assert made is not None  # (retry_none: a None is retried, never returned)
     return made
 
@@ -376,7 +373,7 @@ def _claim(
         if not candidates:
             return None
         for pk, state, attempt, _value in candidates:
-            won = _transaction(alias, key, _claimer(pk, state, attempt, now, expires, actor))
+            won = in_transaction(alias, key, _claimer(pk, state, attempt, now, expires, actor))
             if won is not None:
                 return _of(won, alias)
     return None
@@ -389,7 +386,7 @@ def _claimer(
         match = Row.objects.filter(pk=pk, state=state, attempt=attempt)
         if state == "reserved":
             match = match.filter(expires_at__lte=now)
-        changed = _update(
+        changed = update_rows(
             w,
             match,
             state="reserved",
@@ -463,12 +460,12 @@ def expire(now: datetime | None = None, using: str | None = None) -> int:
 
             def write(w: BaseDatabaseWrapper, pk: int = pk, attempt: int = attempt) -> int:
                 match = overdue.filter(pk=pk, attempt=attempt)
-                n = _update(w, match, state="expired", settled_at=at, reason="expired")
+                n = update_rows(w, match, state="expired", settled_at=at, reason="expired")
                 if n:
                     _event(w, pk, attempt, "expired", at, "", "expired")
                 return n
 
-            moved += _transaction(alias, "reservations", write)
+            moved += in_transaction(alias, "reservations", write)
         done += moved
         if len(batch) < 200:
             return done
@@ -523,15 +520,6 @@ def _of(row: Any, alias: str) -> Reservation:
     )
 
 
-def _update(w: BaseDatabaseWrapper, qs: Any, **values: Any) -> int:
-    """Run ``qs.update(**values)`` on connection ``w``; rows changed."""
-    query = qs.query.chain(klass=UpdateQuery)
-    query.add_update_values(values)
-    query.annotations = {}
-    query.clear_select_clause()
-    return int(query.get_compiler(connection=w).execute_sql(ROW_COUNT) or 0)
-
-
 def _event(
     w: BaseDatabaseWrapper,
     pk: int,
@@ -547,55 +535,6 @@ def _event(
             reservation_id=pk, attempt=attempt, state=state, at=at, actor=actor, reason=reason
         ),
     )
-
-
-#: Errors of a transaction that lost to another one and may simply run again.
-_TRANSIENT = ("deadlock", "database is locked", "could not serialize", "lock wait timeout")
-
-
-def _transaction(
-    alias: str,
-    key: str,
-    fn: Callable[[BaseDatabaseWrapper], _T],
-    *,
-    retry_none: bool = False,
-    then: Callable[[BaseDatabaseWrapper, _T], None] | None = None,
-) -> _T:
-    """Run ``fn`` in one transaction on a private connection of ``alias`` and commit it
-    (roll back on any error, or when ``retry_none`` and it returns None: then run it again
-    after a back-off, as a deadlock or a busy database is too); then ``then(connection,
-    result)`` in autocommit on the same connection (an error there is not retried: the
-    transaction committed)."""
-
-    def once() -> tuple[_T] | None:
-        def run(w: BaseDatabaseWrapper) -> tuple[_T] | None:
-            w.set_autocommit(False)
-            try:
-                result = fn(w)
-                if result is None and retry_none:
-                    w.rollback()
-                    return None
-                w.commit()
-            except DatabaseError as exc:
-                w.rollback()
-                if any(t in str(exc).lower() for t in _TRANSIENT):
-                    return None
-                raise
-            except BaseException:
-                w.rollback()
-                raise
-            finally:
-                w.set_autocommit(True)
-            if then is not None:
-                then(w, result)
-            return (result,)
-
-        return on_pooled(alias, key, run)
-
-    found = retry.until_won(once, app_settings.LEASE_RETRIES, app_settings.LEASE_BACKOFF)
-    if found is None:
-        raise LeaseContention(key, app_settings.LEASE_RETRIES)
-    return found[0]
 
 
 async def _in_thread(fn: Callable[[], _T]) -> _T:
