@@ -114,7 +114,14 @@ class InvalidCount(SequenceError, ValueError):
 
 
 class InvalidKey(SequenceError, ValueError):
-    """A sub-key given to a sequence that takes none, or a bad sub-key."""
+    """A sub-key given to a sequence that takes none, or a bad sub-key; or a template's context
+    value that is missing or unfit. ``field``: for a context value, ``"ctx.NAME"`` (else None);
+    ``missing``: True when that value was not given at all."""
+
+    def __init__(self, message: str = "", *, field: str | None = None, missing: bool = False):
+        self.field = field
+        self.missing = missing
+        super().__init__(message)
 
 
 class InvalidDefinition(SequenceError, ValueError):

@@ -349,6 +349,9 @@ def test_bad_context_values(text: str, context: Any, message: str) -> None:
     with pytest.raises(InvalidKey, match=message) as caught:
         t.render(1, context=context)
     assert "'waybill'" in str(caught.value) and "{ctx." in str(caught.value)
+    # typed: the value it is about, and whether it was missing (the admin's preview reads these)
+    assert caught.value.field == "ctx." + text[5 : text.index("}")].split(":")[0]
+    assert caught.value.missing == ("no value" in message or "no context" in message)
 
 
 def test_zero_padded_context_width() -> None:

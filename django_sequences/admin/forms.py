@@ -15,7 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from ..conf import docs_url
 from ..core.base import SequenceSpec
 from ..core.validation import check_bounds, check_name
-from ..exceptions import InvalidDefinition, InvalidName, TemplateError
+from ..exceptions import InvalidDefinition, InvalidKey, InvalidName, TemplateError
 from ..models import ApiToken, Segment, Sequence
 from ..strategies import names as strategy_names
 from .preview import DEFINING_FIELDS, EDITABLE_FIELDS, EXACT_ROWS, MARK_ROWS, counter_keys
@@ -32,26 +32,19 @@ _FIELD_WORDS = (
     (re.compile(r"\b(min|max)_value\b"), r"\1 value"),
     (re.compile(r"\bstep=(-?\d+)"), r"step \1"),
 )
-_NEEDS_CONTEXT = re.compile(
-    r"(Template .*?): the (?:number needs the context value|context has no value) "
-    r"'([\w.]+)'(?:, and no context was given)?\."
-)
-
-
-def for_people(message: str) -> str:
+def for_people(error: str | Exception) -> str:
     """A message of the package rewritten for an admin user: the form's field names instead of
-    Python keyword arguments, and what to type instead of what to pass."""
-    found = _NEEDS_CONTEXT.search(message)
-    if found:
+    Python keyword arguments, and what to type instead of what to pass (a missing context
+    value, told by its type: :class:`InvalidKey` with ``missing``, says where to add it)."""
+    if isinstance(error, InvalidKey) and error.missing and error.field:
         return str(
             _(
-                "%(where)s needs the context value “%(name)s”, which the code passes when it "
-                "issues a number. To preview, add a line %(name)s=… under “Preview context”."
+                "The template needs the context value “%(name)s”, which the code passes when "
+                "it issues a number. To preview, add a line %(name)s=… under “Preview context”."
             )
-            % {"where": found.group(1), "name": found.group(2)}
+            % {"name": error.field.removeprefix("ctx.")}
         )
-    if "exist_ok=True" in message:
-        return re.sub(r";\s*pass exist_ok=True.*", "; pick another name.", message)
+    message = str(error)
     for pattern, words in _FIELD_WORDS:
         message = pattern.sub(words, message)
     return message[:1].upper() + message[1:]

@@ -21,7 +21,7 @@ def check_new_value(row: Segment, new: int, version: int | None = None) -> str |
     try:
         Segment.objects.check_value(row, new, version)
     except InvalidDefinition as exc:
-        return for_people(str(exc))
+        return for_people(exc)
     return None
 
 
@@ -31,5 +31,5 @@ def raise_value(row: Segment, new: int, version: int) -> str | None:
     try:
         Segment.objects.raise_value(row, new, version)
     except InvalidDefinition as exc:
-        return for_people(str(exc))
+        return for_people(exc)
     return None

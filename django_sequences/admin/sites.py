@@ -233,7 +233,7 @@ class SequenceAdmin(admin.ModelAdmin):
             found = preview(obj.spec(), using=obj._state.db or router.db_for_read(Segment))
         except (SequenceError, ValueError) as exc:
             body = format_html(
-                '<p class="dsq-preview-error errornote">{}</p>', for_people(str(exc))
+                '<p class="dsq-preview-error errornote">{}</p>', for_people(exc)
             )
         else:
             body = preview_html(found)
@@ -267,7 +267,7 @@ class SequenceAdmin(admin.ModelAdmin):
             context = parse_context(request.GET.get("context", ""))
             found = preview(spec, using=using, count=count, context=context)
         except (SequenceError, ValueError) as exc:
-            return JsonResponse({"ok": False, "error": for_people(str(exc))})
+            return JsonResponse({"ok": False, "error": for_people(exc)})
         return JsonResponse({"ok": True, **found.as_json()})
 
     # the status page

@@ -782,7 +782,11 @@ class _Ctx(_Part):
                 return text
         problem, text = self._check(context, found)
         if problem:
-            raise InvalidKey(f"Template {label!r}: {self.spelled}: {problem}")
+            raise InvalidKey(
+                f"Template {label!r}: {self.spelled}: {problem}",
+                field="ctx." + ".".join(self.path),
+                missing=found is None,
+            )
         return text
 
     def _check(self, context: Any, found: Any) -> tuple[str, str]:
