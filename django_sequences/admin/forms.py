@@ -32,6 +32,8 @@ _FIELD_WORDS = (
     (re.compile(r"\b(min|max)_value\b"), r"\1 value"),
     (re.compile(r"\bstep=(-?\d+)"), r"step \1"),
 )
+
+
 def for_people(error: str | Exception) -> str:
     """A message of the package rewritten for an admin user: the form's field names instead of
     Python keyword arguments, and what to type instead of what to pass (a missing context

@@ -232,9 +232,7 @@ class SequenceAdmin(admin.ModelAdmin):
         try:
             found = preview(obj.spec(), using=obj._state.db or router.db_for_read(Segment))
         except (SequenceError, ValueError) as exc:
-            body = format_html(
-                '<p class="dsq-preview-error errornote">{}</p>', for_people(exc)
-            )
+            body = format_html('<p class="dsq-preview-error errornote">{}</p>', for_people(exc))
         else:
             body = preview_html(found)
         return format_html(
