@@ -1,10 +1,11 @@
 """Reservations: business numbers people can audit (issue 16).
 
 ``reserve_number("invoice")`` takes a value of a ``strict`` sequence and records it as a
-:class:`~django_sequences.models.Reservation` in one short transaction on the process's private
-lease connection: the counter row is incremented and the reservation row inserted together, so
-a crash (``kill -9``) loses both or neither, and the counter row's lock is held for that tiny
-transaction only, never across the caller's business transaction. The caller then
+:class:`~django_sequences.models.Reservation` in one short transaction on one of the process's
+private connections: the counter row is incremented and the reservation row inserted together,
+so a crash (``kill -9``) loses both or neither, and the counter row's lock is held for that tiny
+transaction only, never across the caller's business transaction (on PostgreSQL, inside the
+server only: :mod:`.sources.onetrip`). The caller then
 :meth:`Reservation.confirm`\\ s or :meth:`Reservation.void`\\ s it (with a reason) before its
 ``expires_at``; one still ``reserved`` later counts as expired (:func:`expire` marks it so:
 ``sequences_reap``, the Celery reap task).
@@ -47,7 +48,7 @@ from .exceptions import (
 from .formats.keys import period_key
 from .models import Reservation as Row
 from .models import ReservationEvent, Segment, Sequence
-from .sources import rows
+from .sources import onetrip, rows
 from .sources.connections import insert, on_pooled, resolve_alias, select
 from .sources.transactions import in_transaction, update_rows
 
@@ -298,48 +299,49 @@ def _fresh(
     actor: str,
     render: Callable[[int], str],
 ) -> Reservation:
-    """A new value from counter row ``key`` and its reservation, in one transaction."""
+    """A new value from counter row ``key`` and its reservation: on PostgreSQL in two round
+    trips with the counter row locked inside the server only (:mod:`.sources.onetrip`), else
+    (or when the row must go the long way) in one transaction."""
     if (alias, key) not in _rows_made:
         on_pooled(alias, key, lambda w: _ensure_row(w, key, name))
         _rows_made.add((alias, key))
+    values = {
+        "sequence": name,
+        "key": key,
+        "state": "reserved",
+        "reserved_at": now,
+        "expires_at": expires,
+        "settled_at": None,
+        "actor": actor,
+        "reason": "",
+        "attempt": 1,
+    }
+    event = {"attempt": 1, "state": "reserved", "at": now, "actor": actor, "reason": ""}
+
+    def one_trip(w: BaseDatabaseWrapper) -> Reservation | None:
+        got = onetrip.reserve(w, Segment, Row, ReservationEvent, key, values, event, render)
+        if got is None:
+            return None
+        pk, value, number = got
+        return _of(Row(pk=pk, value=value, number=number, **values), alias)
+
+    fast = on_pooled(alias, key, one_trip)
+    if fast is not None:
+        return fast
 
     def write(w: BaseDatabaseWrapper) -> Reservation | None:
-        if w.vendor == "postgresql" and _ASYNC:
-            # this transaction's commit does not wait for the disk, so the counter row's lock
-            # is not held across a flush; the 'reserved' event's commit below waits for the
-            # flush of everything before it, so the number is durable before it is returned
-            with w.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit = off")
         taken = rows.increment_in(Segment, w, key, 1, name)
         if taken is None:
             return None  # the optimistic fallback lost a race: roll back, try again
-        value = taken[0]
-        row = Row(
-            sequence=name,
-            key=key,
-            value=value,
-            number=render(value),
-            state="reserved",
-            reserved_at=now,
-            expires_at=expires,
-            actor=actor,
-            attempt=1,
-        )
+        row = Row(value=taken[0], number=render(taken[0]), **values)
         insert(w, row)
-        if w.vendor != "postgresql" or not _ASYNC:
-            _event(w, row.pk, 1, "reserved", now, actor, "")
+        _event(w, row.pk, 1, "reserved", now, actor, "")
         return _of(row, alias)
 
-    def durable(w: BaseDatabaseWrapper, made: Reservation | None) -> None:
-        if made is not None and w.vendor == "postgresql" and _ASYNC:
-            _event(w, made.id, 1, "reserved", now, actor, "")  # (autocommit: a flushed commit)
-
-    made = in_transaction(alias, key, write, retry_none=True, then=durable)
+    made = in_transaction(alias, key, write, retry_none=True)
     assert made is not None  # (retry_none: a None is retried, never returned)
     return made
 
-
-_ASYNC = True
 
 #: Counter rows this process saw exist (by alias and key): one round trip less per
 #: reservation. A row deleted since (a pruned period) is made again by the increment's

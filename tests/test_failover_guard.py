@@ -156,6 +156,20 @@ def test_strict_gapless_in_the_callers_transaction(guarded: str) -> None:
         assert next_value("inv") == 1 + 31 + 1
 
 
+def test_reservations_move_ahead_too(guarded: str) -> None:
+    """A reservation's increment (on PostgreSQL inside its one-trip statement) checks the
+    writer as strict's does: the promoted replica's row moves ahead before a number is taken."""
+    from django_sequences import reserve_number
+
+    Sequence.objects.define("inv", strategy="strict", template="I{seq:05}")
+    assert [reserve_number("inv").value for _ in range(4)] == [1, 2, 3, 4]
+    _fail_over("inv", value=2, pace=1)  # the replica missed the reservations of 3 and 4
+    margin = max(1 * 31, 1000)
+    first = reserve_number("inv")
+    assert (first.value, first.number) == (2 + margin + 1, f"I{2 + margin + 1:05}")
+    assert reserve_number("inv").value == 2 + margin + 2  # the fast path again
+
+
 def test_a_row_without_writer_is_adopted_without_moving(guarded: str) -> None:
     """Rows from before the guard (and new rows) name no writer: the first lease records it."""
     Sequence.objects.define("inv", step=10)

@@ -317,3 +317,39 @@ def test_a_refused_confirm_inside_atomic_leaves_the_transaction_usable() -> None
             r.confirm()
         assert Sequence.objects.filter(name="twice").exists()  # the transaction still works
     assert Row.objects.get(pk=r.id).state == "confirmed"
+
+
+def test_a_process_dying_between_the_two_trips_leaves_a_reservation_nobody_was_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PostgreSQL reserves in two round trips (sources/onetrip.py): the counter and the row
+    first, the number and the event second. Dying in between (here: the render raises) leaves
+    a reservation numbered ``#<value>`` that was never returned; it expires and the audit
+    accounts for it. Elsewhere the one transaction rolls back and takes nothing."""
+    from django.db import connection
+
+    from django_sequences import numbers
+
+    Sequence.objects.define("crash", strategy="strict", template="C{seq:04}")
+    reservations.reserve_number("crash").confirm()  # (the row knows its writer: the fast path)
+
+    def dies(*args: Any) -> str:
+        raise KeyboardInterrupt  # the process is going away
+
+    monkeypatch.setattr(numbers.issuer("crash", None).template, "renderer", dies)
+    with pytest.raises(KeyboardInterrupt):
+        reservations.reserve_number("crash", ttl=1)
+    monkeypatch.undo()
+    if connection.vendor == "postgresql":
+        row = Row.objects.get(sequence="crash", value=2)
+        assert (row.number, row.state) == ("#2", "reserved")
+        assert not ReservationEvent.objects.filter(reservation_id=row.pk).exists()
+        assert _counter("crash") == 2
+        assert reservations.expire(now=timezone.now() + timedelta(seconds=5)) == 1
+        found = reservations.audit("crash")
+        assert dict(found.states) == {"confirmed": 1, "expired": 1} and not found.gaps
+        assert reservations.reserve_number("crash").value == 3
+    else:
+        assert not Row.objects.filter(sequence="crash", value=2).exists()
+        assert _counter("crash") == 1
+        assert reservations.reserve_number("crash").value == 2

@@ -131,25 +131,48 @@ def _increment_on(
 ) -> tuple[int, int] | None:
     """One attempt: the range, or None when the optimistic lease it fell back to lost its
     race (the caller retries after a back-off, with no lock held)."""
-    sql = _lease_sql(model, w)
-    if sql.increment:
-        now = w.ops.adapt_datetimefield_value(timezone.now())
-        params: list[Any]
-        if sql.guarded:
-            # the row must name the server answering now: else the lease below decides
-            # (a new writer moves the row ahead first: the failover guard, I11)
-            pace = _pace_params(count)
-            params = [count, now, *pace, key, count, writers.fast_param(w)]
-        else:
-            params = [count, now, key, count]
+    found = _increment_statement(model, w, key, count)
+    if found is not None:
+        statement, params = found
         last: int | None
         if private and w.vendor == "postgresql" and w.alias not in _unprepared:
-            last = _pg_prepared_returning(w, sql.increment, params)
+            last = _pg_prepared_returning(w, statement, params)
         else:
-            last = _returning(w, sql.increment, params)
+            last = _returning(w, statement, params)
         if last is not None:
             return last - count + 1, last
     return _lease_once(model, w, key, count, name, exact=True)
+
+
+def increment_statement(
+    model: RowModel, w: BaseDatabaseWrapper, key: str, count: int
+) -> tuple[str, list[Any]] | None:
+    """The strict increment of counter row ``key`` by ``count`` as one ``UPDATE … RETURNING``
+    statement (the row's new value) and its parameters, for a caller that embeds it in a
+    statement of its own (a reservation on PostgreSQL); None where the backend has no such
+    statement. It changes no row, and returns none, when the increment must go the long way
+    (:func:`increment_in`): the row is missing, at its bound, or last moved by another server
+    (the failover guard)."""
+    _check_key(key)
+    check_count(count, BIGINT_MAX)
+    found = _increment_statement(model, w, key, count)
+    if found is None or w.vendor == "mysql":
+        return None
+    return found
+
+
+def _increment_statement(
+    model: RowModel, w: BaseDatabaseWrapper, key: str, count: int
+) -> tuple[str, list[Any]] | None:
+    sql = _lease_sql(model, w)
+    if not sql.increment:
+        return None
+    now = w.ops.adapt_datetimefield_value(timezone.now())
+    if sql.guarded:
+        # the row must name the server answering now: else the lease decides (a new writer
+        # moves the row ahead first: the failover guard, I11)
+        return sql.increment, [count, now, *_pace_params(count), key, count, writers.fast_param(w)]
+    return sql.increment, [count, now, key, count]
 
 
 def _lease_once(

@@ -43,14 +43,10 @@ def in_transaction(
     fn: Callable[[BaseDatabaseWrapper], _T],
     *,
     retry_none: bool = False,
-    then: Callable[[BaseDatabaseWrapper, _T], None] | None = None,
 ) -> _T:
     """Run ``fn`` in one transaction on a private connection of ``alias`` and commit it
     (roll back on any error, or when ``retry_none`` and it returns None: then run it again
-    after a back-off, as a deadlock or a busy database is too); then ``then(connection,
-    result)`` in autocommit on the same connection. A connection error in either makes
-    :func:`~.connections.on_pooled` reconnect and run both once more: what a committed first
-    run wrote stays (a reservation nobody was given then expires)."""
+    after a back-off, as a deadlock or a busy database is too)."""
 
     def once() -> tuple[_T] | None:
         def run(w: BaseDatabaseWrapper) -> tuple[_T] | None:
@@ -71,8 +67,6 @@ def in_transaction(
                 raise
             finally:
                 w.set_autocommit(True)
-            if then is not None:
-                then(w, result)
             return (result,)
 
         return on_pooled(alias, key, run)

@@ -1,0 +1,122 @@
+"""A reservation in two round trips on PostgreSQL, the counter row locked inside the server only.
+
+The first trip is one transaction in one query string: ``BEGIN; SET LOCAL synchronous_commit
+TO off; WITH c AS (<the strict increment>) INSERT <the reservation row> …; COMMIT``. The counter
+row is locked from the UPDATE to the COMMIT of that same string, so no client round trip, no
+Python and no disk flush happens while it is held: the writers of one sequence take turns at
+the speed of the server. The row's number is not known yet inside the server; it is written as
+``UNRENDERED`` followed by the value.
+
+The second trip, in one string too: the rendered number and the ``reserved`` event, committed
+with the session's own ``synchronous_commit``. That commit waits for the flush of the WAL up to
+it, which holds the first transaction's: the reservation is durable (and on the synchronous
+standbys) before its number is returned. A process that dies between the trips leaves a
+reservation nobody was given, numbered ``#<value>``; it expires like any other.
+
+Everything else (MariaDB/MySQL, SQLite, psycopg 2, a row that must go the long way: missing,
+at its bound, moved by another server) returns None here and takes the one-transaction path.
+The statements go through the simple query protocol (no prepared statement: PgBouncer-safe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from . import rows
+
+#: The number of a reservation until its number is written (followed by its value).
+UNRENDERED = "#"
+
+
+def reserve(
+    w: BaseDatabaseWrapper,
+    counter: Any,
+    row_model: Any,
+    event_model: Any,
+    key: str,
+    values: Mapping[str, Any],
+    event_values: Mapping[str, Any],
+    render: Callable[[int], str],
+) -> tuple[int, int, str] | None:
+    """Take the next value of counter row ``key`` (model ``counter``) and insert its
+    ``row_model`` row (``values`` by field name, but ``value`` and ``number``), then write its
+    number and its ``event_model`` row (``event_values``; the row's key in its
+    ``reservation`` field): (row pk, value, number), or None where this path does not apply."""
+    driver = getattr(w, "Database", None)  # (the backend's driver module: psycopg, or 2)
+    if w.vendor != "postgresql" or not hasattr(driver, "ClientCursor"):
+        return None
+    found = rows.increment_statement(counter, w, key, 1)
+    if found is None:
+        return None
+    increment, params = found
+    qn = w.ops.quote_name
+    taken = qn(counter._meta.get_field("value").column)
+    meta = row_model._meta
+    columns, exprs = [], []
+    for f in meta.local_concrete_fields:
+        if f.primary_key:
+            continue
+        columns.append(qn(f.column))
+        if f.name == "value":
+            exprs.append(f"c.{taken}")
+        elif f.name == "number":
+            exprs.append(f"concat('{UNRENDERED}', c.{taken})")
+        else:
+            exprs.append("%s")
+            params.append(f.get_db_prep_save(values[f.name], connection=w))
+    table, pk = qn(meta.db_table), qn(meta.pk.column)
+    got = _trip(
+        w,
+        f"BEGIN; SET LOCAL synchronous_commit TO off; WITH c AS ({increment}) "
+        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(exprs)} FROM c "
+        f"RETURNING {pk}, {qn(meta.get_field('value').column)}; COMMIT",
+        params,
+    )
+    if got is None:
+        return None
+    row_pk, value = int(got[0]), int(got[1])
+    number = render(value)
+    ev = event_model._meta
+    ev_columns, ev_params = [], []
+    for f in ev.local_concrete_fields:
+        if f.primary_key:
+            continue
+        ev_columns.append(qn(f.column))
+        given = row_pk if f.name == "reservation" else event_values[f.name]
+        ev_params.append(f.get_db_prep_save(given, connection=w))
+    _trip(
+        w,
+        f"BEGIN; UPDATE {table} SET {qn(meta.get_field('number').column)} = %s "
+        f"WHERE {pk} = %s; INSERT INTO {qn(ev.db_table)} ({', '.join(ev_columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(ev_columns))}); COMMIT",
+        [number, row_pk, *ev_params],
+    )
+    return row_pk, value, number
+
+
+def _trip(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+    """Run the statements of ``sql`` in one round trip (client-side binding, simple query
+    protocol): the first row of the last result with rows, or None. On an error the
+    transaction the string opened is rolled back, and the error raised as Django's."""
+    raw = w.connection
+    with w.wrap_database_errors:
+        cursor = w.Database.ClientCursor(raw)  # type: ignore[attr-defined]
+        try:
+            cursor.execute(sql, params)
+            found = None
+            while True:
+                if cursor.description is not None:
+                    found = cursor.fetchone()
+                if not cursor.nextset():
+                    break
+        except BaseException:
+            with contextlib.suppress(Exception):  # (a dead connection: discarded by the caller)
+                raw.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+    return None if found is None else tuple(found)
