@@ -143,6 +143,23 @@ class Reservation:
     def _settle(self, state: str, actor: str, reason: str) -> None:
         alias = self.alias or resolve_alias(None)
 
+        def fast(w: BaseDatabaseWrapper, own: bool) -> bool | None:
+            # PostgreSQL: the compare-and-set and the event in one statement (else None)
+            now = timezone.now()
+            changes = {"state": state, "settled_at": now, "actor": actor, "reason": reason}
+            event = {"attempt": self.attempt, "state": state, "at": now, "actor": actor}
+            event["reason"] = reason
+            return onetrip.settle(
+                w,
+                Row,
+                ReservationEvent,
+                self.id,
+                self.attempt,
+                changes,
+                event,
+                own_transaction=own,
+            )
+
         def write(w: BaseDatabaseWrapper) -> int:
             now = timezone.now()
             changed = update_rows(
@@ -164,13 +181,19 @@ class Reservation:
             # the caller's transaction: no commit of its own, and the row's lock is held only
             # from here to the caller's commit (the reaper and a reuse claim wait, then see it)
             with transaction.atomic(using=alias, savepoint=False):
-                joined = write(caller)
+                joined = fast(caller, False)
+                if joined is None:
+                    joined = bool(write(caller))
             if joined:
                 transaction.on_commit(lambda: self._settled(state, actor), using=alias)
                 return
-        elif in_transaction(alias, self.key, write):
-            self._settled(state, actor)
-            return
+        else:
+            done = on_pooled(alias, self.key, lambda w: fast(w, True))
+            if done is None:
+                done = bool(in_transaction(alias, self.key, write))
+            if done:
+                self._settled(state, actor)
+                return
         row = Row.objects.using(alias).filter(pk=self.id).first()
         verb = "confirm" if state == "confirmed" else "void"
         if row is None:

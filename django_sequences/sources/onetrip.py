@@ -98,10 +98,13 @@ def reserve(
     return row_pk, value, number
 
 
-def _trip(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+def _trip(
+    w: BaseDatabaseWrapper, sql: str, params: list[Any], *, own_transaction: bool = True
+) -> tuple[Any, ...] | None:
     """Run the statements of ``sql`` in one round trip (client-side binding, simple query
     protocol): the first row of the last result with rows, or None. On an error the
-    transaction the string opened is rolled back, and the error raised as Django's."""
+    transaction the string opened (``own_transaction``) is rolled back, and the error raised
+    as Django's (the caller's transaction is the caller's to roll back)."""
     raw = w.connection
     with w.wrap_database_errors:
         cursor = w.Database.ClientCursor(raw)  # type: ignore[attr-defined]
@@ -114,9 +117,66 @@ def _trip(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple[Any, ...
                 if not cursor.nextset():
                     break
         except BaseException:
-            with contextlib.suppress(Exception):  # (a dead connection: discarded by the caller)
-                raw.execute("ROLLBACK")
+            if own_transaction:
+                with contextlib.suppress(Exception):  # (a dead connection: the caller drops it)
+                    raw.execute("ROLLBACK")
             raise
         finally:
             cursor.close()
     return None if found is None else tuple(found)
+
+
+def settle(
+    w: BaseDatabaseWrapper,
+    row_model: Any,
+    event_model: Any,
+    pk: int,
+    attempt: int,
+    changes: Mapping[str, Any],
+    event_values: Mapping[str, Any],
+    *,
+    own_transaction: bool,
+) -> bool | None:
+    """Settle reservation ``pk`` if it is still ``reserved`` at ``attempt`` and not past its
+    ``expires_at`` (``changes``: the fields to set, ``settled_at`` among them) and insert its
+    event, in one statement (``WITH u AS (UPDATE … RETURNING) INSERT … FROM u``): in the
+    transaction open on ``w`` (the caller's), or in one of its own (``own_transaction``). True
+    when it settled, False when the row did not match, None where this path does not apply."""
+    driver = getattr(w, "Database", None)
+    if w.vendor != "postgresql" or not hasattr(driver, "ClientCursor"):
+        return None
+    qn = w.ops.quote_name
+    meta, ev = row_model._meta, event_model._meta
+    table, key = qn(meta.db_table), qn(meta.pk.column)
+
+    def col(name: str) -> str:
+        return str(qn(meta.get_field(name).column))
+
+    params = [
+        meta.get_field(name).get_db_prep_save(value, connection=w)
+        for name, value in changes.items()
+    ]
+    sets = ", ".join(f"{col(name)} = %s" for name in changes)
+    where = (
+        f"{key} = %s AND {col('state')} = %s AND {col('attempt')} = %s AND {col('expires_at')} > %s"
+    )
+    expires = meta.get_field("expires_at").get_db_prep_save(changes["settled_at"], connection=w)
+    params += [pk, "reserved", attempt, expires]
+    columns, exprs = [], []
+    for f in ev.local_concrete_fields:
+        if f.primary_key:
+            continue
+        columns.append(qn(f.column))
+        if f.name == "reservation":
+            exprs.append(f"u.{key}")
+        else:
+            exprs.append("%s")
+            params.append(f.get_db_prep_save(event_values[f.name], connection=w))
+    sql = (
+        f"WITH u AS (UPDATE {table} SET {sets} WHERE {where} RETURNING {key}) "
+        f"INSERT INTO {qn(ev.db_table)} ({', '.join(columns)}) SELECT {', '.join(exprs)} "
+        f"FROM u RETURNING 1"
+    )
+    if own_transaction:
+        sql = f"BEGIN; {sql}; COMMIT"
+    return _trip(w, sql, params, own_transaction=own_transaction) is not None
