@@ -12,6 +12,8 @@ from .workers import setup_django
 POOLED = "pooled"
 THREADS = 4
 PER_THREAD = 1500
+#: Reservations per thread (``pb_invoice``, confirmed inside a transaction on the alias).
+RESERVED_PER_THREAD = 150
 
 
 def add_alias(settings: dict[str, Any]) -> None:
@@ -20,18 +22,35 @@ def add_alias(settings: dict[str, Any]) -> None:
     connections.settings[POOLED] = settings
 
 
-def issue_in_threads(alias: str) -> tuple[dict[str, list[int]], list[str]]:
+def issue_in_threads(alias: str, joined: bool = True) -> tuple[dict[str, list[int]], list[str]]:
     """``THREADS`` threads, each issuing ``PER_THREAD`` values of ``pb_strict`` and of
-    ``pb_segment`` on ``alias`` (every tenth time a batch of 10): the values, and every error
-    a caller saw."""
-    from django_sequences import next_value, next_values
+    ``pb_segment`` on ``alias`` (every tenth time a batch of 10), and reserving
+    ``RESERVED_PER_THREAD`` numbers of ``pb_invoice``, each confirmed inside a transaction on
+    ``alias`` (the confirmation joins it; without ``joined``, confirmed alone: the test
+    process may not open Django's own connection to ``alias``): the values, and every error a
+    caller saw."""
+    from django.db import transaction
 
-    got: dict[str, list[int]] = {"strict": [], "segment": []}
+    from django_sequences import next_value, next_values, reserve_number
+
+    got: dict[str, list[int]] = {"strict": [], "segment": [], "reserved": []}
     errors: list[str] = []
     lock = threading.Lock()
 
     def work() -> None:
-        mine: dict[str, list[int]] = {"strict": [], "segment": []}
+        mine: dict[str, list[int]] = {"strict": [], "segment": [], "reserved": []}
+        for _ in range(RESERVED_PER_THREAD):
+            try:
+                r = reserve_number("pb_invoice", using=alias)
+                if joined:
+                    with transaction.atomic(using=alias):
+                        r.confirm()
+                else:
+                    r.confirm()
+                mine["reserved"].append(r.value)
+            except Exception as exc:  # counted, never hidden
+                with lock:
+                    errors.append(repr(exc))
         for name in ("strict", "segment"):
             i = 0
             while len(mine[name]) < PER_THREAD and i < 10 * PER_THREAD:
