@@ -56,23 +56,13 @@ def reserve(
     qn = w.ops.quote_name
     taken = qn(counter._meta.get_field("value").column)
     meta = row_model._meta
-    columns, exprs = [], []
-    for f in meta.local_concrete_fields:
-        if f.primary_key:
-            continue
-        columns.append(qn(f.column))
-        if f.name == "value":
-            exprs.append(f"c.{taken}")
-        elif f.name == "number":
-            exprs.append(f"concat('{UNRENDERED}', c.{taken})")
-        else:
-            exprs.append("%s")
-            params.append(f.get_db_prep_save(values[f.name], connection=w))
+    from_c = {"value": f"c.{taken}", "number": f"concat('{UNRENDERED}', c.{taken})"}
+    columns, exprs = _insert_parts(w, meta, values, from_c, params)
     table, pk = qn(meta.db_table), qn(meta.pk.column)
     got = _trip(
         w,
         f"BEGIN; SET LOCAL synchronous_commit TO off; WITH c AS ({increment}) "
-        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(exprs)} FROM c "
+        f"INSERT INTO {table} ({columns}) SELECT {exprs} FROM c "
         f"RETURNING {pk}, {qn(meta.get_field('value').column)}; COMMIT",
         params,
     )
@@ -81,21 +71,41 @@ def reserve(
     row_pk, value = int(got[0]), int(got[1])
     number = render(value)
     ev = event_model._meta
-    ev_columns, ev_params = [], []
-    for f in ev.local_concrete_fields:
-        if f.primary_key:
-            continue
-        ev_columns.append(qn(f.column))
-        given = row_pk if f.name == "reservation" else event_values[f.name]
-        ev_params.append(f.get_db_prep_save(given, connection=w))
+    ev_params: list[Any] = [number, row_pk]
+    ev_columns, ev_exprs = _insert_parts(
+        w, ev, {**event_values, "reservation": row_pk}, {}, ev_params
+    )
     _trip(
         w,
         f"BEGIN; UPDATE {table} SET {qn(meta.get_field('number').column)} = %s "
-        f"WHERE {pk} = %s; INSERT INTO {qn(ev.db_table)} ({', '.join(ev_columns)}) "
-        f"VALUES ({', '.join(['%s'] * len(ev_columns))}); COMMIT",
-        [number, row_pk, *ev_params],
+        f"WHERE {pk} = %s; INSERT INTO {qn(ev.db_table)} ({ev_columns}) "
+        f"VALUES ({ev_exprs}); COMMIT",
+        ev_params,
     )
     return row_pk, value, number
+
+
+def _insert_parts(
+    w: BaseDatabaseWrapper,
+    meta: Any,
+    given: Mapping[str, Any],
+    sql_for: Mapping[str, str],
+    params: list[Any],
+) -> tuple[str, str]:
+    """The column list and the value expressions of an INSERT of every concrete field of model
+    ``meta`` but its key: the SQL ``sql_for[name]`` where there is one, else a parameter,
+    ``given[name]`` prepared for ``w``, appended to ``params``."""
+    columns, exprs = [], []
+    for f in meta.local_concrete_fields:
+        if f.primary_key:
+            continue
+        columns.append(w.ops.quote_name(f.column))
+        if f.name in sql_for:
+            exprs.append(sql_for[f.name])
+        else:
+            exprs.append("%s")
+            params.append(f.get_db_prep_save(given[f.name], connection=w))
+    return ", ".join(columns), ", ".join(exprs)
 
 
 def _trip(
@@ -162,20 +172,10 @@ def settle(
     )
     expires = meta.get_field("expires_at").get_db_prep_save(changes["settled_at"], connection=w)
     params += [pk, "reserved", attempt, expires]
-    columns, exprs = [], []
-    for f in ev.local_concrete_fields:
-        if f.primary_key:
-            continue
-        columns.append(qn(f.column))
-        if f.name == "reservation":
-            exprs.append(f"u.{key}")
-        else:
-            exprs.append("%s")
-            params.append(f.get_db_prep_save(event_values[f.name], connection=w))
+    columns, exprs = _insert_parts(w, ev, event_values, {"reservation": f"u.{key}"}, params)
     sql = (
         f"WITH u AS (UPDATE {table} SET {sets} WHERE {where} RETURNING {key}) "
-        f"INSERT INTO {qn(ev.db_table)} ({', '.join(columns)}) SELECT {', '.join(exprs)} "
-        f"FROM u RETURNING 1"
+        f"INSERT INTO {qn(ev.db_table)} ({columns}) SELECT {exprs} FROM u RETURNING 1"
     )
     if own_transaction:
         sql = f"BEGIN; {sql}; COMMIT"
