@@ -133,7 +133,12 @@ def test_values_as_strings_by_query_or_body(api: Client) -> None:
     Sequence.objects.define("order", step=100)
     body = post(api, "/ids/sf/values?ids=string", {"count": 3}).json()
     assert all(isinstance(v, str) and int(v) > 2**53 for v in body["values"]), body
-    assert body["first"] == body["values"][0] and body["last"] == body["values"][-1]
+    # first/last only for contiguous values: three ids of one millisecond are, else they are not
+    got = [int(v) for v in body["values"]]
+    if got == list(range(got[0], got[0] + 3)):
+        assert body["first"] == body["values"][0] and body["last"] == body["values"][-1]
+    else:
+        assert "first" not in body and "last" not in body, body
     body = post(api, "/ids/order/values", {"count": 2, "ids": "string"}).json()
     assert body == {
         "sequence": "order",
