@@ -147,8 +147,13 @@ class Reservation:
             # PostgreSQL: the compare-and-set and the event in one statement (else None)
             now = timezone.now()
             changes = {"state": state, "settled_at": now, "actor": actor, "reason": reason}
-            event = {"attempt": self.attempt, "state": state, "at": now, "actor": actor}
-            event["reason"] = reason
+            event = {
+                "attempt": self.attempt,
+                "state": state,
+                "at": now,
+                "actor": actor,
+                "reason": reason,
+            }
             return onetrip.settle(
                 w,
                 Row,

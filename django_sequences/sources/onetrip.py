@@ -46,8 +46,7 @@ def reserve(
     ``row_model`` row (``values`` by field name, but ``value`` and ``number``), then write its
     number and its ``event_model`` row (``event_values``; the row's key in its
     ``reservation`` field): (row pk, value, number), or None where this path does not apply."""
-    driver = getattr(w, "Database", None)  # (the backend's driver module: psycopg, or 2)
-    if w.vendor != "postgresql" or not hasattr(driver, "ClientCursor"):
+    if not _applies(w):
         return None
     found = rows.increment_statement(counter, w, key, 1)
     if found is None:
@@ -83,6 +82,13 @@ def reserve(
         ev_params,
     )
     return row_pk, value, number
+
+
+def _applies(w: BaseDatabaseWrapper) -> bool:
+    """PostgreSQL through psycopg 3 (whose ``ClientCursor`` sends several statements in one
+    round trip); psycopg 2 and the other backends take the one-transaction path."""
+    driver = getattr(w, "Database", None)  # (the backend's driver module)
+    return w.vendor == "postgresql" and hasattr(driver, "ClientCursor")
 
 
 def _insert_parts(
@@ -152,8 +158,7 @@ def settle(
     event, in one statement (``WITH u AS (UPDATE … RETURNING) INSERT … FROM u``): in the
     transaction open on ``w`` (the caller's), or in one of its own (``own_transaction``). True
     when it settled, False when the row did not match, None where this path does not apply."""
-    driver = getattr(w, "Database", None)
-    if w.vendor != "postgresql" or not hasattr(driver, "ClientCursor"):
+    if not _applies(w):
         return None
     qn = w.ops.quote_name
     meta, ev = row_model._meta, event_model._meta
@@ -170,6 +175,7 @@ def settle(
     where = (
         f"{key} = %s AND {col('state')} = %s AND {col('attempt')} = %s AND {col('expires_at')} > %s"
     )
+    # not past its expiry at the moment it settles
     expires = meta.get_field("expires_at").get_db_prep_save(changes["settled_at"], connection=w)
     params += [pk, "reserved", attempt, expires]
     columns, exprs = _insert_parts(w, ev, event_values, {"reservation": f"u.{key}"}, params)
