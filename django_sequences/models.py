@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -22,12 +23,18 @@ from .managers import SegmentManager, SequenceManager
 from .sources.workers import WorkerLeaseManager
 from .sources.writers import WRITER_LENGTH
 from .strategies import validate
+from .tokens import ApiToken as ApiToken  # defined there, a model of this app like the rest
 
 #: Longest counter-row key: a sequence name plus a period, shard or partition suffix.
 MAX_KEY_LENGTH = 191
 
 #: The collation of :class:`ExactCharField` columns on MariaDB/MySQL.
 BINARY_COLLATION = "utf8mb4_bin"
+
+
+def new_key_salt() -> str:
+    """A fresh random salt for a new definition's obfuscation key."""
+    return secrets.token_hex(16)
 
 
 class ExactCharField(models.CharField):
@@ -133,6 +140,20 @@ class Sequence(_Bounds):
         help_text=_(
             "Reservations (strict sequences): keep a voided or expired number as a gap with "
             "its reason, or reuse it (the next reservation takes the lowest one first)."
+        ),
+    )
+
+    key_salt = models.CharField(
+        _("key salt"),
+        max_length=64,
+        blank=True,
+        default=new_key_salt,
+        db_default="",
+        editable=False,
+        help_text=_(
+            "Makes this sequence's obfuscation key its own (derived from OBFUSCATION_KEY, its "
+            "name and this salt). Blank: a definition made before keys were per sequence, "
+            "which keeps the project key so that its numbers stay what they were."
         ),
     )
 
@@ -269,6 +290,17 @@ class SeriesMark(models.Model):
     sequence = ExactCharField(_("sequence"), max_length=MAX_NAME_LENGTH, db_index=True)
     value = models.BigIntegerField(_("last leased value"))
     deleted_at = models.DateTimeField(_("deleted at"), auto_now=True)
+    key_salt = models.CharField(
+        _("key salt"),
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "The deleted definition's key salt: a re-definition keeps its obfuscation mapping, "
+            "so that its numbers never land on the old series' numbers."
+        ),
+    )
 
     class Meta:
         verbose_name = _("series mark")
@@ -338,6 +370,26 @@ class Reservation(models.Model):
     actor = models.CharField(_("actor"), max_length=255, blank=True, default="")
     reason = models.TextField(_("reason"), blank=True, default="")
     attempt = models.PositiveIntegerField(_("attempt"), default=1)
+    token = models.ForeignKey(
+        "ApiToken",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="reservations",
+        verbose_name=_("API token"),
+        help_text=_(
+            "The API token that reserved it: only that token settles it, or one allowed to "
+            "settle any reservation. Empty: reserved by the project's own code."
+        ),
+    )
+    label = models.CharField(
+        _("client label"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("What the API client said it was ('actor' in its request); never trusted."),
+    )
 
     class Meta:
         verbose_name = _("reservation")
@@ -370,6 +422,14 @@ class ReservationEvent(models.Model):
     at = models.DateTimeField(_("at"))
     actor = models.CharField(_("actor"), max_length=255, blank=True, default="")
     reason = models.TextField(_("reason"), blank=True, default="")
+    label = models.CharField(
+        _("client label"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("What the API client said it was ('actor' in its request); never trusted."),
+    )
 
     class Meta:
         verbose_name = _("reservation event")
@@ -426,50 +486,6 @@ class IssueStat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.sequence} {self.minute:%Y-%m-%d %H:%M} {self.source}: {self.count}"
-
-
-class ApiToken(models.Model):
-    """A bearer token of the JSON HTTP API, stored as its SHA-256 (never the token itself),
-    allowed to issue from the sequences it names (``["*"]``: all)."""
-
-    name = models.CharField(_("name"), max_length=100, help_text=_("Who or what uses it."))
-    prefix = models.CharField(
-        _("prefix"), max_length=12, db_index=True, help_text=_("Its first characters, to tell it.")
-    )
-    digest = models.CharField(_("SHA-256"), max_length=64, unique=True)
-    sequences = models.JSONField(_("sequences"), default=list, blank=True)
-    is_active = models.BooleanField(_("active"), default=True)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
-    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
-
-    class Meta:
-        verbose_name = _("API token")
-        verbose_name_plural = _("API tokens")
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
-
-    @staticmethod
-    def digest_of(token: str) -> str:
-        import hashlib
-
-        return hashlib.sha256(token.encode()).hexdigest()
-
-    @classmethod
-    def create_token(cls, name: str, sequences: list[str]) -> tuple[ApiToken, str]:
-        """A new token allowed ``sequences``; returns the row and the token, which is shown
-        this once and stored only as its digest."""
-        import secrets
-
-        token = "dsq_" + secrets.token_urlsafe(32)
-        row = cls.objects.create(
-            name=name, prefix=token[:12], digest=cls.digest_of(token), sequences=list(sequences)
-        )
-        return row, token
-
-    def allows(self, sequence: str) -> bool:
-        return self.is_active and ("*" in self.sequences or sequence in self.sequences)
 
 
 class WorkerLease(models.Model):
