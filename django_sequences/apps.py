@@ -21,8 +21,11 @@ class DjangoSequencesConfig(AppConfig):
         from . import checks, plugins, registry
         from .ops import metrics  # (the registry and the models)
         from .ops.stats import flush_rate_stats  # (models, through ops.stats)
+        from .sources import connections  # (the models, through the stores' imports)
 
         checks.install()  # the settings checks that need plugins and strategies
+        # the test runner's database teardown first closes the private connections
+        connections.close_before_test_databases_change()
         add_listener(registry.reset)
         plugins.set_flush_hook(flush_rate_stats)  # RateStats' flusher writes IssueStat rows
         setting_changed.connect(on_setting_changed, dispatch_uid="django_sequences.settings")

@@ -79,6 +79,22 @@ class LeaseContention(SequenceError):
         )
 
 
+class SerializationConflict(SequenceError):
+    """A number taken inside the caller's transaction (strict ``gapless``) met a transaction it
+    cannot be serialized with: a deadlock, PostgreSQL's ``could not serialize access`` under
+    REPEATABLE READ or SERIALIZABLE, or a counter row created after the caller's snapshot was
+    taken. Nothing was issued; the caller's transaction must be rolled back and run again."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key = key
+        super().__init__(
+            f"Could not take a number of {key!r} inside this transaction: {detail}. Nothing was "
+            f"issued: roll the transaction back and retry it (under REPEATABLE READ or "
+            f"SERIALIZABLE, any transaction may have to be retried; see the isolation levels "
+            f"in the docs' invoice numbering page)."
+        )
+
+
 class BackendUnavailable(SequenceError):
     """The store behind a sequence (database, Redis) could not be reached in time."""
 

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.base.creation import BaseDatabaseCreation
 from django.db.models.sql import InsertQuery
 from django.db.utils import load_backend
 
@@ -148,6 +149,42 @@ def close_all() -> None:
     """Close every private lease connection of this process (tests, shutdown)."""
     for conn in list(_by_alias.values()):
         conn.discard()
+
+
+def close_alias(alias: str) -> None:
+    """Close the private connections of ``alias`` (reopened on next use)."""
+    for (of, _slot), conn in list(_by_alias.items()):
+        if of == alias:
+            conn.discard()
+
+
+def close_before_test_databases_change() -> None:
+    """Make Django's test-database teardown and cloning close this process's private
+    connections to the database first (called once, from the app's ``ready``).
+
+    PostgreSQL refuses to drop a database, or to copy it as a template (``--parallel``),
+    while another session is connected to it: a test run that had taken a value kept its
+    private connection open, so ``manage.py test`` failed at the very end after every test
+    passed, and pytest-django left ``test_*`` databases behind. Django's runner and
+    pytest-django both go through ``destroy_test_db`` and ``clone_test_db``, and Django has no
+    signal for either, so those two methods are wrapped."""
+    for method in ("destroy_test_db", "clone_test_db"):
+        original = getattr(BaseDatabaseCreation, method)
+        if getattr(original, "closes_private_connections", False):
+            continue
+        setattr(BaseDatabaseCreation, method, _closing_first(original))
+
+
+def _closing_first(original: Callable[..., Any]) -> Callable[..., Any]:
+    def closing_first(self: Any, *args: Any, **kwargs: Any) -> Any:
+        close_alias(self.connection.alias)
+        return original(self, *args, **kwargs)
+
+    closing_first.closes_private_connections = True  # type: ignore[attr-defined]
+    closing_first.__wrapped__ = original  # type: ignore[attr-defined]
+    closing_first.__name__ = original.__name__
+    closing_first.__doc__ = original.__doc__
+    return closing_first
 
 
 def resolve_alias(using: str | None) -> str:

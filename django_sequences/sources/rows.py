@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.apps import apps
-from django.db import DatabaseError, IntegrityError, connections, models
+from django.db import DatabaseError, IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
@@ -34,6 +34,7 @@ from ..exceptions import (
     LeaseContention,
     SequenceExhausted,
     SequenceNotFound,
+    SerializationConflict,
 )
 from . import writers
 from .connections import insert, on_private, resolve_alias, select
@@ -98,15 +99,34 @@ def increment(
             ),
             name,
         )
+    if connections[alias].vendor == "mysql":
+        _ensure_row(model, alias, key, name)
     try:
         # in the caller's transaction: a retry's back-off holds it (gapless waits anyway)
         return contended(
             key, lambda: _increment_on(model, connections[alias], key, count, name), name
         )
     except DatabaseError as exc:
+        if _is_conflict(exc):
+            raise SerializationConflict(key, str(exc).strip()) from exc
         raise BackendUnavailable(
             f"Could not take a value of {key!r} from database {alias!r}: {exc}."
         ) from exc
+
+
+#: Errors that say the caller's transaction lost to a concurrent one, not that the database
+#: failed: PostgreSQL's SQLSTATEs for a serialization failure and a deadlock, MariaDB/MySQL's
+#: deadlock error number.
+_CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
+_CONFLICT_ERRNOS = frozenset({1213})
+
+
+def _is_conflict(exc: DatabaseError) -> bool:
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) in _CONFLICT_SQLSTATES:
+        return True
+    args: tuple[object, ...] = getattr(cause, "args", ())
+    return bool(args) and args[0] in _CONFLICT_ERRNOS
 
 
 def increment_in(
@@ -191,6 +211,15 @@ def _lease_once(
             c.execute(sql.select, [key])
             row = c.fetchone()
             if row is None:
+                if _in_callers_transaction(w) and (created or w.vendor == "mysql"):
+                    # PostgreSQL: made (by this caller or another) after the transaction's
+                    # snapshot. MariaDB/MySQL: deleted since _ensure_row; this transaction's
+                    # UPDATE holds the gap lock an INSERT would wait for.
+                    raise SerializationConflict(
+                        key,
+                        "its counter row is not visible to this transaction (created after "
+                        "its snapshot was taken, or deleted while it ran)",
+                    )
                 if created:
                     raise SequenceNotFound(name)
                 create_missing_row(model, w, key, name)
@@ -234,8 +263,37 @@ def create_missing_row(model: RowModel, w: BaseDatabaseWrapper, key: str, name: 
         raise SequenceNotFound(name)
     pk, step, lo, hi = found[0]
     seq = seq_model(pk=pk, name=name, step=step, min_value=lo, max_value=hi)
-    with contextlib.suppress(IntegrityError):  # another process created it first: fine
-        insert(w, row_for(model, w, seq, key))
+    row = row_for(model, w, seq, key)
+    if not _in_callers_transaction(w):
+        with contextlib.suppress(IntegrityError):  # another process created it first: fine
+            insert(w, row)
+        return
+    # inside a savepoint: a duplicate (another caller made it first) rolls back only the
+    # INSERT, and the caller's transaction goes on (PostgreSQL would abort all of it)
+    with contextlib.suppress(IntegrityError), transaction.atomic(using=w.alias):
+        insert(w, row)
+
+
+def _ensure_row(model: RowModel, alias: str, key: str, name: str) -> None:
+    """Make counter row ``key`` on the private connection, committed, before a caller's
+    transaction on MariaDB/MySQL touches it. InnoDB's UPDATE of a missing row takes a gap lock
+    that blocks every other transaction's INSERT of it until the transaction ends, so callers
+    racing to make a new period's row there deadlocked, and a deadlock rolls back the caller's
+    whole transaction; made first, on its own, the row is only ever updated inside them. One
+    autocommit SELECT a call (not a cache of rows seen: a flush or a delete would outdate it,
+    and the caller's UPDATE would then hold the gap lock this INSERT waits for)."""
+
+    def ensure(w: BaseDatabaseWrapper) -> None:
+        if not select(w, model.objects.filter(key=key).values_list("pk")):
+            create_missing_row(model, w, key, name)
+
+    on_private(alias, key, ensure)
+
+
+def _in_callers_transaction(w: BaseDatabaseWrapper) -> bool:
+    """Whether ``w`` is a caller's connection inside ``transaction.atomic()`` (strict
+    ``gapless`` works there), not the process's private autocommit connection."""
+    return w.in_atomic_block and w.alias in connections.settings and connections[w.alias] is w
 
 
 def row_for(model: RowModel, w: BaseDatabaseWrapper, seq: Definition, key: str) -> Row:

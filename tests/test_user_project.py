@@ -1,0 +1,131 @@
+"""The app inside a user's own project and test suite: a small project is written to a temporary
+folder and driven through subprocesses, as its developer would run it (``manage.py test``),
+on the database of this run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+SUFFIX = os.environ.get("DJANGO_SEQUENCES_TEST_SUFFIX", "")
+ROOT = Path(__file__).resolve().parent.parent
+
+SETTINGS = """
+SECRET_KEY = "not secret"
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_sequences",
+    "shop",
+]
+USE_TZ = True
+DATABASES = {{"default": {database}}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+"""
+
+TESTS = """
+from django.db import transaction
+from django.test import TestCase, TransactionTestCase
+
+from django_sequences import next_number, next_value
+from django_sequences.models import Sequence
+
+
+class Numbers(TransactionTestCase):
+    def test_takes_values(self):
+        Sequence.objects.define("shop.order")
+        values = [next_value("shop.order") for _ in range(5)]
+        self.assertEqual(len(set(values)), 5)
+
+    def test_takes_a_gapless_number_inside_a_transaction(self):
+        Sequence.objects.define(
+            "shop.invoice", strategy="strict", template="I{seq:04}", options={"gapless": True}
+        )
+        with transaction.atomic():
+            self.assertEqual(next_number("shop.invoice"), "I0001")
+
+
+class Plain(TestCase):
+    def test_nothing_of_the_app(self):
+        self.assertEqual(1 + 1, 2)
+"""
+
+
+def _database(name: str) -> str:
+    """The ``DATABASES["default"]`` of the project: this run's server, a test database name
+    of its own."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return repr({"ENGINE": s["ENGINE"], "NAME": "shop.sqlite3"})
+    return repr(
+        {
+            "ENGINE": s["ENGINE"],
+            "NAME": s["NAME"],
+            "USER": s["USER"],
+            "PASSWORD": s["PASSWORD"],
+            "HOST": s["HOST"],
+            "PORT": s["PORT"],
+            "OPTIONS": {k: v for k, v in s["OPTIONS"].items() if k == "charset"},
+            "TEST": {"NAME": name},
+        }
+    )
+
+
+def _write_project(where: Path, test_name: str) -> None:
+    (where / "shop").mkdir()
+    (where / "shop" / "__init__.py").write_text("")
+    (where / "shop" / "tests.py").write_text(TESTS)
+    (where / "shop_settings.py").write_text(SETTINGS.format(database=_database(test_name)))
+    (where / "manage.py").write_text(
+        textwrap.dedent(
+            """
+            import os, sys
+            os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop_settings")
+            from django.core.management import execute_from_command_line
+            execute_from_command_line(sys.argv)
+            """
+        )
+    )
+
+
+def _databases_named(name: str) -> list[str]:
+    with connection.cursor() as c:
+        if connection.vendor == "postgresql":
+            c.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [name + "%"])
+        else:
+            c.execute("SHOW DATABASES LIKE %s", [name + "%"])
+        return [row[0] for row in c.fetchall()]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_the_projects_own_test_run_passes_and_drops_its_databases(
+    tmp_path: Path, parallel: int
+) -> None:
+    """``manage.py test`` of a project whose tests take values exits 0, and leaves no test
+    database behind (PostgreSQL refused to drop the test database while the app's private
+    connection was open: exit 1 after every test passed, and the database stayed)."""
+    test_name = f"test_dsq_shop{SUFFIX}_{parallel}"
+    _write_project(tmp_path, test_name)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    out = subprocess.run(
+        [sys.executable, "manage.py", "test", "--noinput", f"--parallel={parallel}", "-v", "1"],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "Ran 3 tests" in text and "OK" in text, text
+    assert "being accessed by other users" not in text, text
+    if connection.vendor != "sqlite":
+        assert _databases_named(test_name) == [], text
