@@ -16,6 +16,7 @@ class DjangoSequencesConfig(AppConfig):
     def ready(self) -> None:
         from django.core import checks as django_checks
         from django.core.signals import setting_changed
+        from django.db.models.signals import post_migrate
 
         # here, not at module level: the models and the registry need the app registry ready
         from . import checks, plugins, registry
@@ -27,6 +28,11 @@ class DjangoSequencesConfig(AppConfig):
         # the test runner's database teardown first closes the private connections
         connections.close_before_test_databases_change()
         add_listener(registry.reset)
+        # migrate, and the flush between a user's transactional tests, which emits it: the
+        # process forgets every cached range and definition of the rows that went or changed
+        post_migrate.connect(
+            registry.forget_after_migrate, dispatch_uid="django_sequences.forget_after_migrate"
+        )
         plugins.set_flush_hook(flush_rate_stats)  # RateStats' flusher writes IssueStat rows
         setting_changed.connect(on_setting_changed, dispatch_uid="django_sequences.settings")
         django_checks.register(metrics.check, "django_sequences")

@@ -173,6 +173,17 @@ def reset() -> None:
         plugins.reset()
 
 
+def forget_after_migrate(**kwargs: Any) -> None:
+    """``post_migrate`` receiver: :func:`reset`. Django sends it after ``migrate`` and after
+    the ``flush`` that empties the tables between transactional tests (``TransactionTestCase``,
+    pytest-django's ``transactional_db``), or before the next such test when it names its
+    ``available_apps``. A flush deletes the counter rows without leaving series marks, so a
+    range this process had cached or prefetched from them would be handed out again beside
+    the values of the rows made anew, and a definition made anew would be ignored for the one
+    cached."""
+    reset()
+
+
 #: Called by :func:`reset`: the layers built on the registry (the number issuers) forget too.
 _reset_hooks: list[Callable[[], None]] = []
 
