@@ -145,3 +145,36 @@ def test_the_projects_own_test_run_passes_and_drops_its_databases(
     assert "being accessed by other users" not in text, text
     if connection.vendor != "sqlite":
         assert _databases_named(test_name) == [], text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_the_app_to_zero_refuses_while_a_series_has_issued() -> None:
+    """``migrate django_sequences zero`` dropped the counter rows and marks, and after migrating
+    forward again every series started at 1: the next saves hit numbers already in the user's
+    tables. It is refused while a series has issued (tables untouched, values go on); after
+    the explicit ``sequences_reset`` of each series it runs."""
+    from django.core.management import call_command
+    from django.db.migrations.exceptions import IrreversibleError
+
+    from django_sequences import next_value
+    from django_sequences.models import Sequence
+
+    Sequence.objects.define("zero.order", step=5)
+    taken = [next_value("zero.order") for _ in range(5)]
+    Sequence.objects.get(name="zero.order").delete()  # leaves its mark
+    Sequence.objects.define("zero.kept")
+    next_value("zero.kept")
+    try:
+        with pytest.raises(IrreversibleError) as refused:
+            call_command("migrate", "django_sequences", "zero", verbosity=0)
+        assert "zero.kept, zero.order" in str(refused.value)
+        assert "sequences_reset" in str(refused.value)
+        Sequence.objects.define("zero.order", step=5)
+        again = [next_value("zero.order") for _ in range(5)]
+        assert set(again).isdisjoint(taken)
+        for name in ("zero.kept", "zero.order"):
+            call_command("sequences_reset", name, "--yes", verbosity=0)
+        call_command("migrate", "django_sequences", "zero", verbosity=0)
+    finally:
+        call_command("migrate", "django_sequences", verbosity=0)
+    assert not Sequence.objects.exists()
