@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core import checks
 from django.db import models, router, transaction
-from django.db.models.signals import class_prepared, post_save
+from django.db.models.signals import class_prepared, post_init, post_save
 
 from .api import next_value, next_values
 from .conf import docs_url
@@ -101,7 +101,7 @@ class _SequenceFieldMixin:
 
     def pre_save(self, model_instance: models.Model, add: bool) -> Any:
         value = getattr(model_instance, self.attname)
-        if value is None or value == "":
+        if value is None or value == "" or (add and _is_copy(model_instance, self)):
             value = self.issue(model_instance)
             setattr(model_instance, self.attname, value)
         return value
@@ -381,6 +381,39 @@ def _context_of(found: NumberIssuer, instance: models.Model) -> dict[str, Any]:
     return {name: getattr(instance, name, None) for name in names}
 
 
+#: Where an instance keeps the primary key and the numbers it was loaded or saved with.
+_ORIGIN = "_sequence_origin"
+
+
+def _remember_origin(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:
+    """``post_init`` and ``post_save``: an instance with a primary key keeps it with its
+    numbers, so that an INSERT of it under another key can tell a copy (:func:`_is_copy`)."""
+    pk = instance.pk
+    if pk is not None:
+        names = _attnames.get(sender)
+        if names is None:
+            names = _attnames[sender] = [f.attname for f in sequence_fields(sender)]
+        got = instance.__dict__
+        got[_ORIGIN] = (pk, {name: got.get(name) for name in names})
+
+
+#: The sequence fields' attribute names, by model (read for every instance made).
+_attnames: dict[type[models.Model], list[str]] = {}
+
+
+def _is_copy(instance: models.Model, field: _SequenceFieldMixin) -> bool:
+    """Whether an INSERT of ``instance`` copies the row it was loaded or saved as, with that
+    row's number in ``field``: Django's way to copy a row (``obj.pk = None;
+    obj._state.adding = True; obj.save()``) keeps every field, and the number kept would be
+    the original's (a unique column refuses it, a plain one would hold it twice). A copy given
+    a number of its own keeps it."""
+    origin = instance.__dict__.get(_ORIGIN)
+    if origin is None:
+        return False
+    pk, numbers = origin
+    return instance.pk != pk and getattr(instance, field.attname) == numbers.get(field.attname)
+
+
 def sequence_fields(model: type[models.Model]) -> list[_SequenceFieldMixin]:
     found: list[_SequenceFieldMixin] = []
     for f in model._meta.concrete_fields:
@@ -400,7 +433,7 @@ def fill(objs: Iterable[_M]) -> list[_M]:
     if not objs:
         return objs
     for field in sequence_fields(type(objs[0])):
-        empty = [o for o in objs if getattr(o, field.attname) in (None, "")]
+        empty = [o for o in objs if getattr(o, field.attname) in (None, "") or _is_copy(o, field)]
         if not empty:
             continue
         for obj, value in zip(empty, field.issue_many(empty), strict=True):
@@ -416,10 +449,14 @@ def _wrap_bulk_create(manager: models.Manager[Any]) -> None:
     def bulk_create(objs: Iterable[models.Model], *args: Any, **kwargs: Any) -> Any:
         objs = list(objs)
         if not any(getattr(f, "reserve", False) for f in sequence_fields(manager.model)):
-            return original(fill(objs), *args, **kwargs)
-        # reserved numbers settle with a transaction: one around the fill and the INSERTs
-        with transaction.atomic(using=kwargs.get("using") or manager.db):
-            return original(fill(objs), *args, **kwargs)
+            made = original(fill(objs), *args, **kwargs)
+        else:
+            # reserved numbers settle with a transaction: one around the fill and the INSERTs
+            with transaction.atomic(using=kwargs.get("using") or manager.db):
+                made = original(fill(objs), *args, **kwargs)
+        for obj in objs:  # (bulk_create sends no post_save)
+            _remember_origin(manager.model, obj)
+        return made
 
     bulk_create._fills_sequences = True  # type: ignore[attr-defined]
     bulk_create.__doc__ = original.__doc__
@@ -434,6 +471,8 @@ def _on_class_prepared(sender: type[models.Model], **kwargs: Any) -> None:
         return
     if any(getattr(f, "reserve", False) for f in sequence_fields(sender)):
         post_save.connect(_confirm_after_insert, sender=sender, dispatch_uid=_UID, weak=False)
+    post_init.connect(_remember_origin, sender=sender, dispatch_uid=_UID, weak=False)
+    post_save.connect(_remember_origin, sender=sender, dispatch_uid=_UID + ".origin", weak=False)
     # ``_meta.managers`` holds the manager objects ``Model.objects`` returns: copies of
     # ``_meta.local_managers`` made for this class. Django makes them again whenever the app
     # registry's cache is cleared (a model registered later, ``isolate_apps``), copying each

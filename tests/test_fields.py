@@ -225,3 +225,25 @@ def test_regression_a_refused_waybill_consumes_no_number() -> None:
     assert Waybill.objects.create(order=order, area="010", unit="6541").number == ("010-6541-00001")
     made = Waybill.objects.bulk_create([Waybill(order=order, area="021", unit="0007")])
     assert made[0].number == "021-0007-00002"
+
+
+def test_a_copied_row_gets_a_new_number() -> None:
+    """Django's way to copy a row (``pk = None``, ``_state.adding = True``, ``save()``) kept
+    the original's number and failed with a bare ``IntegrityError``; the copy gets the next
+    number, and so does a copy through ``bulk_create``. A new instance given a number keeps it."""
+    order = Order.objects.create(customer="ann")
+    copy = Order.objects.get(pk=order.pk)
+    copy.pk = None
+    copy._state.adding = True
+    copy.save()
+    assert copy.number != order.number
+    assert parse_number("shop.order", copy.number)["seq"] == 2
+    again = Order.objects.get(pk=order.pk)
+    again.pk = None
+    (bulk,) = Order.objects.bulk_create([again])
+    assert parse_number("shop.order", bulk.number)["seq"] == 3
+    copied = Order.objects.get(pk=order.pk)
+    copied.pk, copied.number = None, "SO-BY-HAND-1"  # a copy given a number of its own
+    copied.save()
+    assert Order.objects.get(pk=copied.pk).number == "SO-BY-HAND-1"
+    assert Order.objects.count() == 4

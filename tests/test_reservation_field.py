@@ -196,3 +196,19 @@ def test_checks_and_deconstruct() -> None:
         assert kwargs["reserve"] is True and kwargs["reserve_ttl"] == -1
         _, _, _, plain = SequenceField(sequence="bill").deconstruct()
         assert "reserve" not in plain and "reserve_ttl" not in plain
+
+
+def test_a_copied_row_reserves_a_new_number(model: Any) -> None:
+    """A copy of a row (``pk = None``, ``_state.adding = True``) reserves and confirms a
+    number of its own instead of keeping the original's."""
+    define()
+    with transaction.atomic():
+        first = model.objects.create(branch="LON", ref="a")
+    copy = model.objects.get(pk=first.pk)
+    copy.pk = None
+    copy._state.adding = True
+    copy.ref = "b"
+    with transaction.atomic():
+        copy.save()
+    assert copy.number == "BLON-0002" and first.number == "BLON-0001"
+    assert states() == {"BLON-0001": ("confirmed", ""), "BLON-0002": ("confirmed", "")}
