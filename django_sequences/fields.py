@@ -113,7 +113,10 @@ class _SequenceFieldMixin:
             return [
                 checks.Error(
                     f"SequenceField sequence={self.sequence!r} is not a valid name: {exc}",
-                    hint="Use the name of a sequence (letters, digits, '.', '-', '_').",
+                    hint=(
+                        "Use the name of a sequence: letters, digits and _ . : / -, starting "
+                        "with a letter or digit."
+                    ),
                     obj=self,
                     id="django_sequences.E010",
                 )

@@ -255,6 +255,18 @@ def test_regression_provision_said_up_to_date_when_the_declaration_drifted() -> 
     assert lines("sequences_provision", "cmd.drift") == ["cmd.drift: up to date"]
 
 
+@override_settings(DJANGO_SEQUENCES=DRIFTED)
+def test_provision_is_quiet_under_verbosity_0_but_for_drift() -> None:
+    """``sequences_provision -v 0`` printed every line it prints at -v 1; now only the
+    warning that a definition differs from its declaration, on stderr."""
+    Sequence.objects.define("cmd.drift", step=10)
+    out, err = StringIO(), StringIO()
+    call_command("sequences_provision", verbosity=0, stdout=out, stderr=err)
+    assert out.getvalue() == ""
+    assert err.getvalue().splitlines() == [Provision.DRIFTED.format(name="cmd.drift")]
+    assert Sequence.objects.filter(name="cmd.plain").exists()  # quiet, not idle
+
+
 @pytest.mark.parametrize(
     ("declared", "message"),
     [

@@ -180,6 +180,8 @@ def test_checks_catch_a_too_short_field_and_a_bad_name() -> None:
 
     assert ids(TooShort) == ["django_sequences.E012"]
     assert "django_sequences.E010" in ids(BadName)
+    (bad_name,) = [m for m in BadName.check() if m.id == "django_sequences.E010"]
+    assert "_ . : / -" in (bad_name.hint or "")  # every character a name may hold
     assert ids(Unbounded) == ["django_sequences.W010"]
     assert ids(BadTemplate) == ["django_sequences.E011"]
     msg = field(TooShort).check()[0]

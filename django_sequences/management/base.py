@@ -60,6 +60,7 @@ class SequenceCommand(BaseCommand):
             raise
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.verbosity = int(options.get("verbosity", 1))
         try:
             try:
                 self.run(options)
@@ -78,6 +79,14 @@ class SequenceCommand(BaseCommand):
 
     def run(self, options: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    verbosity = 1
+
+    def say(self, text: str) -> None:
+        """Write a line of what was done, unless ``-v 0`` asked for quiet (Django's
+        convention: errors and warnings only)."""
+        if self.verbosity >= 1:
+            self.stdout.write(text)
 
     def write_json(self, data: Any, default: Callable[[Any], Any] | None = None) -> None:
         self.stdout.write(json.dumps(data, indent=2, default=default))

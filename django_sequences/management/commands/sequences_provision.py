@@ -83,29 +83,26 @@ class Command(SequenceCommand):
             self.write_json(data)
             return
         if not done:
-            self.stdout.write(self.NONE_DECLARED)
+            self.say(self.NONE_DECLARED)
         for p in done:
             if p.created:
-                self.stdout.write(
-                    (self.WOULD_CREATE if dry_run else self.CREATED).format(name=p.name)
-                )
+                self.say((self.WOULD_CREATE if dry_run else self.CREATED).format(name=p.name))
             for key in p.rows:
-                self.stdout.write(
-                    (self.ROW_WOULD_CREATE if dry_run else self.ROW_CREATED).format(key=key)
-                )
+                self.say((self.ROW_WOULD_CREATE if dry_run else self.ROW_CREATED).format(key=key))
             for table in p.tables:
-                self.stdout.write(
+                self.say(
                     (self.TABLE_WOULD_CREATE if dry_run else self.TABLE_CREATED).format(table=table)
                 )
             for inner in p.inner:
-                self.stdout.write(
+                self.say(
                     (self.INNER_WOULD_CREATE if dry_run else self.INNER_CREATED).format(inner=inner)
                 )
             applied = self.WOULD_UPDATE if dry_run else self.UPDATED
             for d in p.drift:
                 line = applied if p.updated else self.DRIFT
-                self.stdout.write(line.format(name=p.name, drift=d))
-            if p.drift and not p.updated:
-                self.stdout.write(self.DRIFTED.format(name=p.name))
+                self.say(line.format(name=p.name, drift=d))
+            if p.drift and not p.updated:  # a warning: said on stderr under -v 0
+                out = self.stdout if self.verbosity >= 1 else self.stderr
+                out.write(self.DRIFTED.format(name=p.name))
             if not (p.created or p.rows or p.tables or p.inner or p.drift):
-                self.stdout.write(self.UP_TO_DATE.format(name=p.name))
+                self.say(self.UP_TO_DATE.format(name=p.name))
