@@ -116,9 +116,12 @@ def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGene
     alias = resolve_alias(using)
     spec = Sequence.objects.spec(name, using=alias)
     if spec is None:
+        # a sequence declared in settings is made on first use, as sequences_provision would
+        # make it (a data migration on a fresh database numbers its rows before anyone could
+        # provision); AUTO_CREATE makes undeclared names too, with the defaults
         declared = app_settings.SEQUENCES.get(name)
-        if not app_settings.AUTO_CREATE:
-            raise SequenceNotFound(name, using=using, declared=declared is not None)
+        if declared is None and not app_settings.AUTO_CREATE:
+            raise SequenceNotFound(name, using=using)
         d = sequence_defaults(declared or {})
         spec = Sequence.objects.define(name, using=alias, exist_ok=True, **d).spec()
     strategy = validate(spec)

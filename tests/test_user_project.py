@@ -27,7 +27,61 @@ INSTALLED_APPS = [
 USE_TZ = True
 DATABASES = {{"default": {database}}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+DJANGO_SEQUENCES = {{"SEQUENCES": {{"shop.order": {{"step": 10, "template": "SO{{seq:05}}"}}}}}}
 """
+
+MODELS = """
+from django.db import models
+
+from django_sequences.fields import SequenceField
+
+
+class Order(models.Model):
+    number = SequenceField(sequence="shop.order", max_length=7)
+    customer = models.CharField(max_length=50)
+"""
+
+# A data migration that makes rows with numbers, run by migrate on a fresh database (the test
+# database): nobody could have run sequences_provision yet.
+MIGRATIONS = {
+    "0001_initial.py": """
+from django.db import migrations, models
+
+import django_sequences.fields
+
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies = [("django_sequences", "0010_keep_series")]
+    operations = [
+        migrations.CreateModel(
+            name="Order",
+            fields=[
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "number",
+                    django_sequences.fields.SequenceField(max_length=7, sequence="shop.order"),
+                ),
+                ("customer", models.CharField(max_length=50)),
+            ],
+        ),
+    ]
+""",
+    "0002_first_orders.py": """
+from django.db import migrations
+
+
+def first_orders(apps, schema_editor):
+    Order = apps.get_model("shop", "Order")
+    for customer in ("founder", "investor"):
+        Order.objects.create(customer=customer)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("shop", "0001_initial")]
+    operations = [migrations.RunPython(first_orders, migrations.RunPython.noop)]
+""",
+}
 
 TESTS = """
 from django.db import transaction
@@ -64,6 +118,18 @@ class Flushed(TransactionTestCase):
         self.assertEqual(numbers, [f"G{i:04}" for i in range(1, 31)])
 
 
+class Migrated(TestCase):
+    # Django runs TestCase classes first, before any flush: the data migration's rows are there
+
+    def test_the_data_migration_numbered_its_rows(self):
+        from shop.models import Order
+
+        self.assertEqual(
+            sorted(Order.objects.values_list("customer", "number")),
+            [("founder", "SO00001"), ("investor", "SO00002")],
+        )
+
+
 class Plain(TestCase):
     def test_nothing_of_the_app(self):
         self.assertEqual(1 + 1, 2)
@@ -94,6 +160,11 @@ def _write_project(where: Path, test_name: str) -> None:
     (where / "shop").mkdir()
     (where / "shop" / "__init__.py").write_text("")
     (where / "shop" / "tests.py").write_text(TESTS)
+    (where / "shop" / "models.py").write_text(MODELS)
+    (where / "shop" / "migrations").mkdir()
+    (where / "shop" / "migrations" / "__init__.py").write_text("")
+    for name, text in MIGRATIONS.items():
+        (where / "shop" / "migrations" / name).write_text(text)
     (where / "shop_settings.py").write_text(SETTINGS.format(database=_database(test_name)))
     (where / "manage.py").write_text(
         textwrap.dedent(
@@ -126,7 +197,9 @@ def test_the_projects_own_test_run_passes_and_drops_its_databases(
     connection was open: exit 1 after every test passed, and the database stayed). A
     sequence defined anew after Django's flush between transactional tests issues from its
     new definition, from 1, each number once (the process handed out the old template's
-    cached range, then 10 of 30 numbers twice)."""
+    cached range, then 10 of 30 numbers twice). A data migration that saves rows with
+    numbers runs on the fresh test database (it raised SequenceNotFound: provisioning cannot
+    run before migrate ends)."""
     test_name = f"test_dsq_shop{SUFFIX}_{parallel}"
     _write_project(tmp_path, test_name)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
@@ -141,7 +214,7 @@ def test_the_projects_own_test_run_passes_and_drops_its_databases(
     )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
-    assert "Ran 5 tests" in text and "OK" in text, text
+    assert "Ran 6 tests" in text and "OK" in text, text
     assert "being accessed by other users" not in text, text
     if connection.vendor != "sqlite":
         assert _databases_named(test_name) == [], text
