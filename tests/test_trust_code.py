@@ -541,6 +541,21 @@ def test_a_stored_row_naming_unregistered_code_is_flagged_and_refused_at_issue_t
         pk = Sequence.objects.get(name=name).pk
         page = client.get(reverse("admin:django_sequences_sequence_change", args=[pk]))
         assert page.status_code == 200 and "dsq-preview-error" in page.content.decode()
+    # saving the row in the admin (its strategy and options are read-only there) is refused
+    # with the error above the form, not a crash
+    stored = Sequence.objects.get(name="trust.strategy")
+    edit = {
+        **new_definition(template="", step="20"),
+        "segments-TOTAL_FORMS": "0",
+        "segments-INITIAL_FORMS": "0",
+        "segments-MIN_NUM_FORMS": "0",
+        "segments-MAX_NUM_FORMS": "1000",
+    }
+    saved = client.post(reverse("admin:django_sequences_sequence_change", args=[stored.pk]), edit)
+    assert saved.status_code == 200
+    [error] = saved.context["adminform"].form.non_field_errors()
+    assert "STRATEGIES" in error
+    assert Sequence.objects.get(pk=stored.pk).step == 10
     assert traces.what_ran() == []
 
     with pytest.raises(SystemCheckError, match=r"django_sequences\.E016"):
@@ -586,6 +601,7 @@ def test_a_database_from_before_the_registries_keeps_its_numbers_once_the_part_i
         old.get_model("django_sequences", "Segment").objects.create(
             sequence=stored, key="legacy.region", value=40, step=10, max_value=9999, version=4
         )
+        assert check_stored_code(databases=["default"]) == []  # not migrated yet: silent
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
