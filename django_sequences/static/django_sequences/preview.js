@@ -5,7 +5,7 @@
 (function () {
   const FIELDS = [
     "name", "strategy", "options", "template", "reset",
-    "step", "min_value", "max_value", "cycle", "preview_context",
+    "step", "min_value", "max_value", "cycle", "voided", "preview_context",
   ];
 
   function start() {
