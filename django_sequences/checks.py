@@ -28,10 +28,12 @@ from .core.validation import check_bounds, check_name
 from .definitions import check_voided
 from .exceptions import ConfigurationError, InvalidDefinition, InvalidName, SequenceError
 from .fields import SequenceField
-from .formats.template import compile
+from .formats.template import compile, part_name_for, part_name_problem, unregistered_parts
 from .plugins import build_plugins
 from .sources.connections import resolve_alias
-from .strategies import validate
+from .strategies import Strategy, validate
+from .strategies.base import registered, strategy_name_for, unregistered, valid_name
+from .templating import registered_parts
 
 log = logging.getLogger("django_sequences.checks")
 
@@ -184,6 +186,83 @@ def check_capacity(
     return out
 
 
+@register(Tags.database)
+@_never_crash
+def check_stored_code(
+    app_configs: Any = None, databases: list[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``django_sequences.E016``: a stored definition (a row of the Sequence table: the admin,
+    ``sequences_define``, a restored dump) whose template names a custom part, or whose
+    strategy names a custom strategy, that the settings do not register. Nothing a row names
+    is imported, so the sequence cannot issue until the settings register it (its numbers then
+    continue as before); the hint is the settings entry to add. Reads the database like
+    ``check_capacity``: only when asked for it, silent before this app's tables are migrated
+    (and when the database cannot be read: ``W021`` says so)."""
+    if not databases:
+        return []
+    try:
+        alias = resolve_alias(None)
+    except ConfigurationError:
+        return []  # the settings checks say what is wrong
+    if alias not in databases:
+        return []
+    try:
+        if not _migrated(alias):
+            return []
+        from .models import Sequence  # function-level: the models load after this module
+
+        rows = list(
+            Sequence.objects.using(alias)
+            .order_by("name")
+            .values_list("name", "strategy", "template", "options")
+        )
+    except DatabaseError:
+        return []  # check_capacity reports W021 for the same database
+    parts, strategies = registered_parts(), registered()
+    out: list[CheckMessage] = []
+    for name, strategy, template, options in rows:
+        missing_parts = unregistered_parts(template or "", parts)
+        missing_strategy = unregistered(strategy, options)
+        if not missing_parts and missing_strategy is None:
+            continue
+        named = [f"template part {what!r} (in {template!r})" for what, _ in missing_parts]
+        add: list[str] = []
+        if missing_parts:
+            entries: dict[str, str] = {}
+            for what, is_path in missing_parts:
+                if is_path:
+                    entries[part_name_for(what, {**parts, **entries})] = what
+                else:
+                    entries[what] = "myapp.parts.ClassName"
+            add.append(f'"TEMPLATE_PARTS": {_entries(entries)}')
+        if missing_strategy is not None:
+            what, is_path = missing_strategy
+            kind = "options['generator']" if strategy == "custom" else "strategy"
+            named.append(f"strategy {what!r} (its {kind})")
+            key = strategy_name_for(what, strategies) if is_path else what
+            path = what if is_path else "myapp.strategies.ClassName"
+            add.append(f'"STRATEGIES": {_entries({key: path})}')
+        out.append(
+            Error(
+                f"Sequence {name!r} on database {alias!r} names code the settings do not "
+                f"register: {'; '.join(named)}. Nothing a stored definition names is imported, "
+                f"so it cannot issue.",
+                hint=f"If that is your project's code, add to {SETTING} in the settings (next "
+                f"to the entries there): {', '.join(add)}; the numbers then continue where they "
+                f"stopped. If it is not, do not register it (someone else wrote the row): "
+                f"delete or redefine the sequence. See "
+                f"{docs_url('settings', 'code-named-by-definitions')}",
+                id="django_sequences.E016",
+                obj=f"sequence {name}",
+            )
+        )
+    return out
+
+
+def _entries(entries: dict[str, str]) -> str:
+    return "{" + ", ".join(f'"{k}": "{v}"' for k, v in entries.items()) + "}"
+
+
 def _migrated(alias: str) -> bool:
     """Whether every migration of this app is applied on ``alias`` (raises DatabaseError when
     the database cannot be read)."""
@@ -231,7 +310,7 @@ def check_obfuscation_key(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     out: list[CheckMessage] = []
     for where, text in templates:
         try:
-            needs = compile(text, key=b"placeholder").needs_key
+            needs = compile(text, key=b"placeholder", parts=registered_parts()).needs_key
         except SequenceError:
             continue  # E006 / E011 report broken templates
         if needs:
@@ -255,7 +334,11 @@ def settings_problems(s: dict[str, Any]) -> list[Problem]:
     """E009 (plugins, rejection handler) and E006 (declared sequences): the checks of
     ``DJANGO_SEQUENCES`` that build plugins and validate strategies, which ``conf`` cannot
     import; :func:`install` hands this to ``conf.problems``."""
-    return [*_plugin_problems(s), *_sequence_problems(s["SEQUENCES"], s)]
+    return [
+        *_plugin_problems(s),
+        *_registry_problems(s),
+        *_sequence_problems(s["SEQUENCES"], s),
+    ]
 
 
 def install() -> None:
@@ -287,6 +370,59 @@ def _plugin_problems(s: dict[str, Any]) -> list[Problem]:
                 )
             )
     return out
+
+
+def _registry_problems(s: dict[str, Any]) -> list[Problem]:
+    """E008 (``TEMPLATE_PARTS``) and E017 (``STRATEGIES``): each registered name is one a
+    template or a definition can use, and its path imports (a part: a class; a strategy: a
+    subclass of Strategy). ``conf`` checked that both are dicts of str -> str."""
+    out = []
+    parts, strategies = s["TEMPLATE_PARTS"], s["STRATEGIES"]
+    for name, path in parts.items() if isinstance(parts, dict) else ():
+        problem = part_name_problem(name)
+        if problem is None and isinstance(path, str):
+            found, problem = _imported(path)
+            if problem is None and not isinstance(found, type):
+                problem = f"{path!r} is not a class."
+        if problem is not None:
+            hint = f'{{"region": "myapp.parts.Region"}}: {docs_url("templates", "custom-parts")}'
+            out.append(
+                Problem(
+                    "django_sequences.E008",
+                    f"{SETTING}['TEMPLATE_PARTS'][{name!r}]: {problem}",
+                    f"Register a part class by a short name, e.g. {hint}",
+                )
+            )
+    for name, path in strategies.items() if isinstance(strategies, dict) else ():
+        problem = None
+        if not isinstance(name, str) or not valid_name(name):
+            problem = (
+                "a strategy's name is letters, digits and '_' (starting with a letter, at most "
+                "32) and not a built-in strategy or 'custom'."
+            )
+        elif isinstance(path, str):
+            found, problem = _imported(path)
+            if problem is None and not (isinstance(found, type) and issubclass(found, Strategy)):
+                problem = f"{path!r} is not a subclass of django_sequences.strategies.Strategy."
+        if problem is not None:
+            page = docs_url("strategies", "custom-strategies")
+            hint = f'{{"even": "myapp.ids.EvenStrategy"}}: {page}'
+            out.append(
+                Problem(
+                    "django_sequences.E017",
+                    f"{SETTING}['STRATEGIES'][{name!r}]: {problem}",
+                    f"Register a Strategy subclass by a short name, e.g. {hint}",
+                )
+            )
+    return out
+
+
+def _imported(path: str) -> tuple[Any, str | None]:
+    """What dotted ``path`` (from the settings) names, or why it cannot be imported."""
+    try:
+        return import_string(path), None
+    except ImportError as exc:
+        return None, f"cannot import {path!r}: {exc}."
 
 
 def _sequence_problems(seqs: object, s: dict[str, Any]) -> list[Problem]:

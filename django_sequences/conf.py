@@ -76,8 +76,12 @@ DEFAULTS: dict[str, Any] = {
     # Secret key of {seq:...,perm} and {seq:short} (str or bytes). Never change it once numbers
     # were issued: the new permutation can map new values onto old numbers.
     "OBFUSCATION_KEY": None,
-    # Custom template parts by short name: {"region": "myapp.parts.Region"}.
+    # Custom template parts by short name: {"region": "myapp.parts.Region"}. The only parts a
+    # template may use besides the built-in ones: nothing a template names is imported else.
     "TEMPLATE_PARTS": {},
+    # Custom strategies by name: {"even": "myapp.ids.EvenStrategy"} (a Strategy subclass). The
+    # only ones a definition may name besides the built-in strategies.
+    "STRATEGIES": {},
     # Plugins around issuing, in order: dotted paths, or {"path": ..., "sequences": [...],
     # "options": {...}} (see docs/plugins.md).
     "PLUGINS": [],
@@ -210,6 +214,19 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
             )
         )
     out.extend(_format_problems(s))
+    strategies = s["STRATEGIES"]
+    if not isinstance(strategies, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in strategies.items()
+    ):
+        out.append(
+            Problem(
+                "django_sequences.E017",
+                f"{SETTING}['STRATEGIES'] must map strategy names to dotted paths; "
+                f"got {strategies!r}.",
+                'Example: {"even": "myapp.ids.EvenStrategy"} (a subclass of '
+                "django_sequences.strategies.Strategy).",
+            )
+        )
     for validator in list(_validators):
         out.extend(validator(s))
     return out

@@ -17,7 +17,7 @@ from django.conf import settings
 from .conf import SETTING
 from .core.base import SequenceSpec
 from .exceptions import ConfigurationError, InvalidDefinition
-from .formats.template import compile
+from .formats.template import compile, part_name_problem
 
 if TYPE_CHECKING:
     from .formats.template import Template
@@ -56,8 +56,18 @@ def format_settings() -> FormatSettings:
     key = raw.get("OBFUSCATION_KEY") or None
     if isinstance(key, str):
         key = key.encode()
-    parts = raw.get("TEMPLATE_PARTS") or {}
-    return FormatSettings(tz, key if isinstance(key, bytes) else None, dict(parts))
+    return FormatSettings(tz, key if isinstance(key, bytes) else None, registered_parts())
+
+
+def registered_parts() -> dict[str, str]:
+    """The project's custom template parts, ``DJANGO_SEQUENCES["TEMPLATE_PARTS"]``: name ->
+    dotted path, read from ``settings`` at each call; an entry that is not a part's name ->
+    a str is left out (``django_sequences.E008`` reports it), so it is never imported."""
+    raw = getattr(settings, SETTING, {})
+    parts = raw.get("TEMPLATE_PARTS") if isinstance(raw, dict) else None
+    if not isinstance(parts, dict):
+        return {}
+    return {k: v for k, v in parts.items() if part_name_problem(k) is None and isinstance(v, str)}
 
 
 def compile_template(spec: SequenceSpec, text: str | None = None) -> Template:

@@ -269,7 +269,7 @@ def test_preview_endpoint_returns_the_next_numbers_as_json_and_consumes_nothing(
     seq = defined("adm.preview", template="SO{seq:06}")
     before = Segment.objects.values_list("value", "version").get(key="adm.preview")
 
-    response = admin_client.get(
+    response = admin_client.post(
         preview_url(), {"object_id": str(seq.pk), "template": "QJ{seq:08}", "step": "10"}
     )
 
@@ -288,9 +288,12 @@ def test_preview_with_context_lines(admin_client: Client) -> None:
     seq = defined("adm.waybill", template="{ctx.area:3}-{ctx.unit:4}-{seq:05}")
     url = preview_url()
 
-    ok = admin_client.get(url, {"object_id": str(seq.pk), "context": "area=010\nunit = 6541\n"})
-    missing = admin_client.get(url, {"object_id": str(seq.pk), "context": "area=010"})
-    malformed = admin_client.get(url, {"object_id": str(seq.pk), "context": "area"})
+    def with_context(text: str) -> Any:
+        return admin_client.post(url, {"object_id": str(seq.pk), "preview_context": text})
+
+    ok = with_context("area=010\nunit = 6541\n")
+    missing = with_context("area=010")
+    malformed = with_context("area")
 
     assert ok.json()["numbers"][0] == "010-6541-00011"
     assert missing.json()["ok"] is False and "unit" in missing.json()["error"]
@@ -301,9 +304,9 @@ def test_preview_of_a_daily_counter_reads_todays_row(admin_client: Client) -> No
     seq = Sequence.objects.define("adm.daily", step=10, template="D{date:%Y%m%d}{seq:05}")
     stamp = timezone.now().strftime("%Y%m%d")
 
-    fresh = admin_client.get(preview_url(), {"object_id": str(seq.pk)}).json()
+    fresh = admin_client.post(preview_url(), {"object_id": str(seq.pk)}).json()
     Segment.objects.lease(f"adm.daily:{stamp}", sequence="adm.daily")
-    leased = admin_client.get(preview_url(), {"object_id": str(seq.pk)}).json()
+    leased = admin_client.post(preview_url(), {"object_id": str(seq.pk)}).json()
 
     assert fresh["numbers"][0] == f"D{stamp}00001"
     assert "no counter row yet" in fresh["note"]
@@ -315,12 +318,13 @@ def test_preview_errors_are_json_not_500(admin_client: Client) -> None:
     seq = defined("adm.bad", template="SO{seq:06}")
     url = preview_url()
 
-    bad_template = admin_client.get(url, {"object_id": str(seq.pk), "template": "SO{seq:06"}).json()
-    bad_bounds = admin_client.get(
+    oid = str(seq.pk)
+    bad_template = admin_client.post(url, {"object_id": oid, "template": "SO{seq:06"}).json()
+    bad_bounds = admin_client.post(
         url, {"object_id": str(seq.pk), "min_value": "5", "max_value": "5"}
     )
-    not_int = admin_client.get(url, {"object_id": str(seq.pk), "step": "ten"}).json()
-    too_wide = admin_client.get(
+    not_int = admin_client.post(url, {"object_id": str(seq.pk), "step": "ten"}).json()
+    too_wide = admin_client.post(
         url, {"object_id": str(seq.pk), "template": "{seq:01}", "min_value": "10"}
     ).json()
 
@@ -330,12 +334,12 @@ def test_preview_errors_are_json_not_500(admin_client: Client) -> None:
         "ok": False,
         "error": "Min value must be below max value; got min value 5, max value 5.",
     }
-    assert not_int == {"ok": False, "error": "Step must be an integer; got 'ten'."}
+    assert not_int == {"ok": False, "error": "Step: Enter a whole number."}
     assert too_wide["ok"] is False and "{seq:01}" in too_wide["error"]
 
 
 def test_preview_on_the_add_form_uses_every_field(admin_client: Client) -> None:
-    data = admin_client.get(
+    data = admin_client.post(
         preview_url(),
         {
             "name": "adm.new",
@@ -347,7 +351,7 @@ def test_preview_on_the_add_form_uses_every_field(admin_client: Client) -> None:
             "step": "1",
         },
     ).json()
-    refused = admin_client.get(
+    refused = admin_client.post(
         preview_url(), {"name": "adm.new", "strategy": "strict", "options": '{"shards": 0}'}
     ).json()
 
@@ -360,7 +364,7 @@ def test_preview_on_the_add_form_uses_every_field(admin_client: Client) -> None:
 def test_preview_needs_the_admin(client: Client) -> None:
     seq = defined("adm.private")
 
-    response = client.get(preview_url(), {"object_id": str(seq.pk)})
+    response = client.post(preview_url(), {"object_id": str(seq.pk)})
 
     assert response.status_code == 302 and "/login/" in response["Location"]
 
@@ -880,7 +884,7 @@ def test_regression_admin_messages_gave_python_advice(admin_client: Client) -> N
     page = admin_client.get(change_url(seq)).content.decode()
     [preview_error] = re.findall(r'dsq-preview-error errornote">([^<]*)<', page)
     assert "add a line area=… under “Preview context”" in preview_error
-    as_json = admin_client.get(preview_url(), {"object_id": str(seq.pk)}).json()
+    as_json = admin_client.post(preview_url(), {"object_id": str(seq.pk)}).json()
     assert "Preview context" in as_json["error"]
     for message in (cycle_error, bounds_error, preview_error, as_json["error"]):
         assert not PYTHON_ADVICE.search(message), message

@@ -42,7 +42,9 @@ async def with_ticker(work: Any) -> tuple[Any, float]:
     return result, max(gaps)
 
 
-def test_a_slow_lease_does_not_block_the_loop_and_memory_values_stay_on_it() -> None:
+def test_a_slow_lease_does_not_block_the_loop_and_memory_values_stay_on_it(settings: Any) -> None:
+    registered = {"slow": SLOW["generator"]}
+    settings.DJANGO_SEQUENCES = {**settings.DJANGO_SEQUENCES, "STRATEGIES": registered}
     Sequence.objects.define("slow", step=100, strategy="custom", options=SLOW)
 
     async def work() -> tuple[list[int], int]:

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from django import forms
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db.models import Max
 from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
@@ -60,6 +60,11 @@ def _for_people_errors(errors: ValidationError) -> ValidationError:
     return ValidationError([for_people(m) for m in errors.messages])
 
 
+def _strategy_choices() -> list[tuple[str, str]]:
+    """The built-in strategies, those the settings register, and custom (read at each form)."""
+    return [(n, n) for n in strategy_names()]
+
+
 class SequenceForm(forms.ModelForm):
     """The definition, checked as ``Sequence.objects.define`` checks it; a template error
     (with its caret) and bounds errors are shown next to their field, the rest by
@@ -67,7 +72,7 @@ class SequenceForm(forms.ModelForm):
 
     strategy = forms.ChoiceField(
         label=_("strategy"),
-        choices=[(n, n) for n in strategy_names()],
+        choices=_strategy_choices,
         initial="segment",
         help_text=format_lazy(
             _("How values are made ({}); fixed once created."), docs_url("strategies")
@@ -112,7 +117,16 @@ class SequenceForm(forms.ModelForm):
 
     def _update_errors(self, errors: ValidationError) -> None:
         # Sequence.clean() speaks to Python callers; the form speaks to admin users
-        super()._update_errors(_for_people_errors(errors))  # type: ignore[misc]
+        errors = _for_people_errors(errors)
+        if hasattr(errors, "error_dict"):
+            # an error about a field the form does not show (strategy and options are
+            # read-only once a sequence exists) goes above the form: Django would raise
+            shown: dict[str, list[str]] = {}
+            for name, messages in errors.message_dict.items():
+                key = name if name in self.fields else NON_FIELD_ERRORS
+                shown.setdefault(key, []).extend(messages)
+            errors = ValidationError(shown)
+        super()._update_errors(errors)  # type: ignore[misc]
 
     def add_error(self, field: str | None, error: Any) -> None:
         if isinstance(error, str):

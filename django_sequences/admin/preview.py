@@ -1,27 +1,28 @@
 """The change form's live preview: the next values (and numbers) of a definition as typed,
 read from the committed counter rows; nothing is issued. ``SequenceAdmin.preview_view``
-(``sequence/preview/``) serves it as JSON to ``django_sequences/preview.js``, and the change
-form shows it on load. :func:`upcoming` and :func:`parse_context` take plain arguments and are
-tested on their own."""
+(``sequence/preview/``, a POST) checks what the form holds with the form itself
+(:func:`preview_data`) and serves the preview as JSON to ``django_sequences/preview.js``; the
+change form shows it on load. :func:`upcoming` and :func:`parse_context` take plain arguments
+and are tested on their own."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django import forms
+from django.http import QueryDict
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from ..core.base import SequenceSpec
-from ..core.validation import check_bounds
-from ..exceptions import InvalidDefinition
 from ..formats.context import ContextKeyConflict, put_dotted
 from ..formats.keys import period_key, shard_keys
-from ..models import Segment
+from ..models import Segment, Sequence
 from ..numbers import render_preview
 from ..strategies import validate
 from ..templating import check_template, compile_template
@@ -176,39 +177,40 @@ def parse_context(text: str) -> dict[str, Any]:
     return out
 
 
+#: Fields of a definition the change form edits, and those fixed once it exists.
 EDITABLE_FIELDS = ("template", "reset", "step", "min_value", "max_value", "cycle")
 DEFINING_FIELDS = ("name", "strategy", "options")
 
 
-def spec_from_query(query: Mapping[str, str], base: SequenceSpec, *, adding: bool) -> SequenceSpec:
-    """``base`` with the fields the change form sends (those it may edit) replaced."""
-    values: dict[str, Any] = {}
-    for name in EDITABLE_FIELDS + (DEFINING_FIELDS if adding else ()):
-        if name not in query:
-            continue
-        text = query[name]
-        if name in ("step", "min_value", "max_value"):
-            try:
-                values[name] = int(text.strip())
-            except ValueError:
-                raise InvalidDefinition(f"{name} must be an integer; got {text!r}.") from None
-        elif name == "cycle":
-            values[name] = text.lower() in ("1", "on", "true", "yes")
+def preview_data(
+    posted: QueryDict, form_class: type[forms.ModelForm], obj: Sequence | None
+) -> dict[str, Any]:
+    """The change form's data for the preview: what the browser ``posted``, and for each field
+    of ``form_class`` it left out, the value of sequence ``obj`` (or a new sequence's
+    default), so a partial request is checked as the whole form would be."""
+    instance = obj if obj is not None else Sequence()
+    data: dict[str, Any] = {}
+    for name in form_class.base_fields:
+        if name in posted:
+            data[name] = posted[name]
         elif name == "options":
-            try:
-                options = json.loads(text or "{}")
-            except ValueError as exc:
-                raise InvalidDefinition(f"options must be a JSON object: {exc}.") from None
-            if not isinstance(options, dict):
-                raise InvalidDefinition(f"options must be a JSON object; got {text!r}.")
-            values[name] = options
-        elif name == "name":
-            values[name] = text.strip() or base.name
-        else:
-            values[name] = text
-    spec = replace(base, **values)
-    check_bounds(spec.step, spec.min_value, spec.max_value)
-    return spec
+            data[name] = json.dumps(instance.options)
+        elif hasattr(instance, name):
+            data[name] = getattr(instance, name)
+    return data
+
+
+def first_error(form: forms.BaseForm) -> str:
+    """The first error of a bound ``form``, led by its field's label when it does not name it
+    (a preview shows one message where the form would show each next to its input)."""
+    for name, errors in form.errors.items():
+        message = str(errors[0])
+        field = form.fields.get(name)
+        label = str(field.label or name) if field is not None else ""
+        if label and label.lower() not in message.lower():
+            message = f"{label[:1].upper()}{label[1:]}: {message}"
+        return message
+    return ""
 
 
 def preview_html(found: Preview) -> SafeString:

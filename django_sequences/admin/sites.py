@@ -5,7 +5,7 @@ counter writers, issued numbers, statistics and API tokens.
 Extra views hang off each ``ModelAdmin.get_urls()`` (as django-simple-history does):
 
 * ``sequence/preview/`` - JSON: the next values (and numbers) of a definition as typed in the
-  change form (:mod:`.preview`).
+  change form (:mod:`.preview`); a POST, for users who may save the definition.
 * ``sequence/<id>/status/`` - the figures, the counter rows, the worker leases and an SVG chart
   of values issued per minute (:mod:`.charts`, :mod:`.leases`).
 * ``segment/<id>/set-value/`` - superusers only: raise a row's ``value`` (a gap) after a
@@ -26,7 +26,13 @@ from django.core.exceptions import PermissionDenied
 from django.db import router
 from django.db.models import Count, DateTimeField, Exists, Max, OuterRef, QuerySet, Value
 from django.db.models.functions import Cast
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    JsonResponse,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -35,7 +41,6 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from ..core.base import SequenceSpec
 from ..exceptions import SequenceError
 from ..models import (
     ApiToken,
@@ -69,10 +74,11 @@ from .preview import (
     EXACT_ROWS,
     MARK_ROWS,
     PREVIEW_COUNT,
+    first_error,
     parse_context,
     preview,
+    preview_data,
     preview_html,
-    spec_from_query,
 )
 
 # --- sequences --------------------------------------------------------------------------------
@@ -242,28 +248,39 @@ class SequenceAdmin(admin.ModelAdmin):
             body,
         )
 
-    def preview_view(self, request: HttpRequest) -> JsonResponse:
-        """The next values and numbers of the definition the query describes, as JSON:
+    def preview_view(self, request: HttpRequest) -> HttpResponse:
+        """The next values and numbers of the definition the change form holds, as JSON:
         ``{"ok": true, "values": [...], "numbers": [...], "rows": [...], "note": "..."}`` or
-        ``{"ok": false, "error": "..."}``. ``object_id`` names the sequence being edited; the
-        form's editable fields override its definition."""
-        oid = request.GET.get("object_id")
+        ``{"ok": false, "error": "..."}``.
+
+        A POST with the CSRF token (as every admin form sends), by a user who may save what it
+        previews: change permission on the sequence ``object_id`` names, add permission for a
+        new one; view permission is not enough (405 for a GET, 403 without the permission). The
+        definition goes through the change form itself (:class:`SequenceForm` and
+        ``Sequence.clean``, with the fields it does not send taken from the sequence) before
+        anything is built, so the preview builds nothing that saving would refuse: above all
+        no template part or strategy the settings do not register (I12)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        oid = request.POST.get("object_id")
+        obj: Sequence | None = None
         if oid:
             obj = self.get_object(request, unquote(oid))
             if obj is None:
                 raise Http404
-            if not self.has_view_or_change_permission(request, obj):
+            if not self.has_change_permission(request, obj):
                 raise PermissionDenied
-            base, using = obj.spec(), obj._state.db or "default"
-        else:
-            if not (self.has_add_permission(request) or self.has_view_permission(request)):
-                raise PermissionDenied
-            base, using = SequenceSpec(name="new"), router.db_for_read(Segment)
+        elif not self.has_add_permission(request):
+            raise PermissionDenied
+        form_class = self.get_form(request, obj, change=obj is not None)
+        form = form_class(preview_data(request.POST, form_class, obj), instance=obj)
+        if not form.is_valid():
+            return JsonResponse({"ok": False, "error": first_error(form)})
+        using = (obj._state.db or "default") if obj is not None else router.db_for_read(Segment)
         try:
-            count = min(max(int(request.GET.get("count", PREVIEW_COUNT)), 1), 20)
-            spec = spec_from_query(request.GET, base, adding=not oid)
-            context = parse_context(request.GET.get("context", ""))
-            found = preview(spec, using=using, count=count, context=context)
+            count = min(max(int(request.POST.get("count", PREVIEW_COUNT)), 1), 20)
+            context = parse_context(form.cleaned_data.get("preview_context") or "")
+            found = preview(form.instance.spec(), using=using, count=count, context=context)
         except (SequenceError, ValueError) as exc:
             return JsonResponse({"ok": False, "error": for_people(exc)})
         return JsonResponse({"ok": True, **found.as_json()})

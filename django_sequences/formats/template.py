@@ -41,6 +41,12 @@ per field), then decoding (radix, permutation, short code), a canonical-form che
 must render back to the same text) and the check digits verified with the algorithm's
 ``compute``.
 
+**Custom parts come from a registry** (``compile(parts=...)``, the project's
+``TEMPLATE_PARTS``): a template names a registered part, or a dotted path that is one of the
+registered values; a name or path found only in the text is refused before anything is
+imported, since a template is data (a form, a request, a database row) and the settings are
+code (I12).
+
 **Thread safety.** A template is immutable apart from its frame cache, which is replaced as one
 object (an atomic store in CPython); a racing thread at worst builds the same frame twice.
 Custom parts must be thread-safe themselves.
@@ -50,6 +56,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import math
 import re
 import secrets
@@ -63,9 +70,20 @@ from zoneinfo import ZoneInfo
 from ..exceptions import InvalidKey, InvalidNumber, SequenceExhausted, TemplateError
 from . import checksums, obfuscation, spans
 
-__all__ = ["CustomPart", "Frame", "Part", "RenderContext", "Template", "compile"]
+__all__ = [
+    "CustomPart",
+    "Frame",
+    "Part",
+    "RenderContext",
+    "Template",
+    "compile",
+    "part_name_for",
+    "part_name_problem",
+    "unregistered_parts",
+]
 
 _wall = time.time
+_log = logging.getLogger("django_sequences.templates")
 
 #: Built-in part kinds (``ctx.NAME`` is matched by its prefix).
 BUILTIN_KINDS = ("seq", "date", "ctx", "random", "check", "custom")
@@ -906,30 +924,33 @@ class _Random(_Part):
 
 
 class _Custom(_Part):
-    """``{custom:dotted.path.Class}``, ``{custom:dotted.path.Class:arg}``, or a name registered
-    with ``compile(parts=...)``: ``{region}``, ``{region:arg}``."""
+    """A custom part: ``{NAME}`` or ``{NAME:arg}`` for a name that ``compile(parts=...)``
+    registers, or ``{custom:NAME[:arg]}`` / ``{custom:dotted.path.Class[:arg]}`` naming a
+    registered name or one of the registered paths. ``target`` is what the registry holds for
+    it (a dotted path or a class): :func:`compile` resolves the text against the registry
+    before this is built, so nothing the template text names alone is imported (I12)."""
 
-    def __init__(self, field: _Field, parser: _Parser, cls: type | str | None) -> None:
+    def __init__(
+        self, field: _Field, parser: _Parser, target: str | type, arg: str, name: str
+    ) -> None:
         self.start = field.start
         self.spelled = spelled = parser.spelled(field)
-        arg = field.arg or ""
-        if cls is None:  # {custom:path[:arg]}
-            path, _, arg = arg.partition(":")
-            cls = path
-            self.name = "custom"
-        else:
-            self.name = field.kind
-        if isinstance(cls, str):
-            cls = _import(
-                cls, spelled, field.arg_start if self.name == "custom" else field.start, parser
-            )
+        self.name = name
+        where = field.arg_start if name == "custom" else field.start  # where the class is named
+        cls = _import(target, spelled, where, parser) if isinstance(target, str) else target
         try:
             part = cls(arg)
         except TemplateError as exc:
             raise parser.error(f"{spelled}: {exc}", field.start) from exc
         except Exception as exc:
+            # what the part raised may say anything (a path, a host, a server's answer): its
+            # text goes to the server's log, the caller learns that the argument was refused
+            _log.warning("Custom part %s(%r) failed", cls.__qualname__, arg, exc_info=True)
             raise parser.error(
-                f"{spelled}: {cls.__qualname__}({arg!r}) failed: {exc!r}", field.start
+                f"{spelled}: {cls.__qualname__} refused the argument {arg!r} "
+                f"({type(exc).__name__}; the server's log has the details). A part says what to "
+                f"write instead by raising TemplateError.",
+                field.start,
             ) from exc
         self.part = part
         order = getattr(part, "order", 0)
@@ -1007,6 +1028,7 @@ class _Custom(_Part):
 
 
 def _import(path: str, spelled: str, position: int, parser: _Parser) -> type:
+    """The class at ``path``, a value of the registry (the settings), never the template's text."""
     module_name, _, attr = path.rpartition(".")
     try:
         if not module_name:
@@ -1014,11 +1036,93 @@ def _import(path: str, spelled: str, position: int, parser: _Parser) -> type:
         found = getattr(importlib.import_module(module_name), attr)
     except Exception as exc:  # whatever importing it raised
         raise parser.error(
-            f"{spelled}: cannot import custom part {path!r} ({exc}).", position
+            f"{spelled}: cannot import custom part {path!r} ({exc}); fix its entry in "
+            f"DJANGO_SEQUENCES['TEMPLATE_PARTS'].",
+            position,
         ) from exc
     if not isinstance(found, type):
         raise parser.error(f"{spelled}: {path!r} is not a class.", position)
     return found
+
+
+def part_name_problem(name: object) -> str | None:
+    """What is wrong with ``name`` as the name of a registered part (None: nothing)."""
+    if isinstance(name, str) and _NAME.match(name) and name not in BUILTIN_KINDS:
+        return None
+    return (
+        f"Custom part name {name!r} must be letters, digits and '_' (starting with a letter) "
+        f"and not one of {', '.join(BUILTIN_KINDS)}."
+    )
+
+
+def _path_of(target: str | type) -> str:
+    """The dotted path a registry value stands for (a class registered as itself: its own)."""
+    return target if isinstance(target, str) else f"{target.__module__}.{target.__qualname__}"
+
+
+def part_name_for(path: str, taken: Iterable[str] = ()) -> str:
+    """A name to register the part at dotted ``path`` under: its class name in lower case
+    (``myapp.parts.Region`` -> ``region``), made unique among ``taken`` and the built-in kinds;
+    what the error of an unregistered part, and the check of stored definitions, suggest."""
+    last = path.rpartition(".")[2]
+    name = re.sub(r"[^A-Za-z0-9_]", "", last).lower()
+    if not name or not name[0].isalpha():
+        name = f"part{name}" if name else "part"
+    name = name[:32]
+    used = set(taken) | set(BUILTIN_KINDS)
+    found, n = name, 1
+    while found in used:
+        n += 1
+        found = f"{name}_{n}"
+    return found
+
+
+def _unregistered(
+    spelled: str, named: str, registered: Mapping[str, str | type], custom: bool
+) -> str:
+    """The message for a part ``named`` that the registry does not hold: what to register."""
+    known = ", ".join(sorted(registered)) or "none"
+    if "." in named:
+        name = part_name_for(named, registered)
+        return (
+            f"{spelled}: custom part {named!r} is not registered, so it was not imported: a "
+            f"template may name only the parts DJANGO_SEQUENCES['TEMPLATE_PARTS'] registers "
+            f"(registered: {known}). If it is a part class of your project, add "
+            f'"TEMPLATE_PARTS": {{"{name}": "{named}"}} to the settings; the template may then '
+            f"say {{{name}}} or {{custom:{named}}}."
+        )
+    what = f"{{custom:{named}}}" if custom else f"{{{named}}}"
+    return (
+        f"{spelled}: {what} names no registered part (registered: {known}). Register its class "
+        f'in the settings: "TEMPLATE_PARTS": {{"{named}": "myapp.parts.ClassName"}}.'
+    )
+
+
+def unregistered_parts(
+    text: str, parts: Mapping[str, str | type] | None = None
+) -> list[tuple[str, bool]]:
+    """What ``text`` names as a custom part that ``parts`` does not register, in order, without
+    importing anything: ``(dotted path, True)`` for ``{custom:path}``, ``(name, False)`` for
+    ``{custom:name}`` and an unknown ``{name}``. Empty for a template that does not tokenize
+    (:func:`compile` says what is wrong with it)."""
+    registered = dict(parts or {})
+    paths = {_path_of(target) for target in registered.values()}
+    try:
+        tokens = _Parser(text).tokens() if isinstance(text, str) else []
+    except TemplateError:
+        return []
+    found: list[tuple[str, bool]] = []
+    for token in tokens:
+        if isinstance(token, str):
+            continue
+        kind = token.kind
+        if kind == "custom" and token.arg:
+            named = token.arg.partition(":")[0]
+            if named not in registered and named not in paths and named:
+                found.append((named, "." in named))
+        elif kind not in registered and part_name_problem(kind) is None:
+            found.append((kind, False))  # (built-in kinds, ctx.NAME and broken fields are not)
+    return list(dict.fromkeys(found))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1763,8 +1867,11 @@ def compile(
 ) -> Template:
     """Compiles ``text`` into a :class:`Template`. ``tz`` is the time zone of date parts and
     periods (a tzinfo or a zone name); ``key`` the obfuscation key (``perm``, ``short``);
-    ``parts`` registers custom part names (``{"region": "myapp.parts.Region"}``); ``name``
-    names the template in errors (the sequence's name). Raises :class:`TemplateError`."""
+    ``parts`` is the registry of custom parts, name -> dotted path or class
+    (``{"region": "myapp.parts.Region"}``: the project's ``TEMPLATE_PARTS``): ``{region}``,
+    ``{custom:region}`` and ``{custom:myapp.parts.Region}`` use it, and nothing else is ever
+    imported, whatever the text names; ``name`` names the template in errors (the sequence's
+    name). Raises :class:`TemplateError`."""
     if not isinstance(text, str):
         raise TemplateError(f"A template is a str, got {type(text).__name__}.")
     parser = _Parser(text)
@@ -1777,12 +1884,10 @@ def compile(
             raise TemplateError(f"Unknown time zone {tz!r}.", template=text) from exc
     registered = dict(parts or {})
     for short_name in registered:
-        if not _NAME.match(short_name) or short_name in BUILTIN_KINDS:
-            raise TemplateError(
-                f"Custom part name {short_name!r} must be letters, digits and '_' (starting "
-                f"with a letter) and not one of {', '.join(BUILTIN_KINDS)}.",
-                template=text,
-            )
+        problem = part_name_problem(short_name)
+        if problem:
+            raise TemplateError(problem, template=text)
+    by_path = {_path_of(target): target for target in registered.values()}
 
     built: list[_Part] = []
     for token in parser.tokens():
@@ -1803,18 +1908,27 @@ def compile(
         elif kind == "custom":
             if not token.arg:
                 raise parser.error(
-                    "{custom:...} names a class: {custom:myapp.parts.Region} or "
-                    "{custom:myapp.parts.Region:arg}.",
+                    "{custom:...} names a registered part: {custom:region}, "
+                    "{custom:myapp.parts.Region} or {custom:myapp.parts.Region:arg}.",
                     token.start,
                 )
-            built.append(_Custom(token, parser, None))
+            # resolved against the registry only: the text names, the settings import (I12)
+            named, _, arg = token.arg.partition(":")
+            target = registered.get(named) or by_path.get(named)
+            if target is None:
+                raise parser.error(
+                    _unregistered(parser.spelled(token), named, registered, True),
+                    token.arg_start,
+                )
+            built.append(_Custom(token, parser, target, arg, "custom"))
         elif kind in registered:
-            built.append(_Custom(token, parser, registered[kind]))
+            built.append(_Custom(token, parser, registered[kind], token.arg or "", kind))
         else:
             known = ["seq", "date", "ctx.NAME", "random", "check", "custom", *registered]
             what = f"Unknown part {{{kind}}}" if kind else "Empty field {}"
             raise parser.error(
-                f"{what}; known: {', '.join(known)} (write '{{{{' for a literal '{{').",
+                f"{what}; known: {', '.join(known)} (write '{{{{' for a literal '{{'; a custom "
+                f"part is registered in DJANGO_SEQUENCES['TEMPLATE_PARTS']).",
                 token.start,
             )
 

@@ -1,10 +1,11 @@
 /* The sequence change form's live preview: as the definition is edited, ask the admin's
- * preview endpoint (JSON) for the next numbers and show them. Nothing is issued. */
+ * preview endpoint (JSON) for the next numbers and show them. Nothing is issued. The endpoint
+ * takes a POST with the form's CSRF token, from users who may save the definition. */
 "use strict";
 (function () {
   const FIELDS = [
     "name", "strategy", "options", "template", "reset",
-    "step", "min_value", "max_value", "cycle", "preview_context",
+    "step", "min_value", "max_value", "cycle", "voided", "preview_context",
   ];
 
   function start() {
@@ -26,9 +27,22 @@
           continue;
         }
         const value = el.type === "checkbox" ? (el.checked ? "1" : "") : el.value;
-        q.set(name === "preview_context" ? "context" : name, value);
+        q.set(name, value);
       }
+      q.set("csrfmiddlewaretoken", csrfToken());
       return q;
+    }
+
+    // The token the admin's form carries (it works with CSRF_COOKIE_HTTPONLY and
+    // CSRF_USE_SESSIONS), else Django's cookie.
+    function csrfToken() {
+      const field = document.querySelector("input[name=csrfmiddlewaretoken]");
+      if (field && field.value) {
+        return field.value;
+      }
+      const found = document.cookie.split(";").map(function (c) { return c.trim(); })
+        .find(function (c) { return c.startsWith("csrftoken="); });
+      return found ? decodeURIComponent(found.slice("csrftoken=".length)) : "";
     }
 
     function el(tag, cls, text) {
@@ -67,11 +81,18 @@
       const mine = ++latest;
       box.setAttribute("aria-busy", "true");
       box.dataset.state = "loading";
-      fetch(box.dataset.url + "?" + query().toString(), {
+      fetch(box.dataset.url, {
+        method: "POST",
         credentials: "same-origin",
         headers: { Accept: "application/json" },
+        body: query(),
       })
-        .then(function (response) { return response.json(); })
+        .then(function (response) {
+          if (!response.ok) {
+            throw new Error(response.status + " " + response.statusText);
+          }
+          return response.json();
+        })
         .then(function (data) {
           if (mine === latest) {
             show(data);
