@@ -19,7 +19,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from .conf import SEQUENCE_FIELDS
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX
-from .sources import rows
+from .sources import rowedits, rows
 from .sources.connections import on_private, resolve_alias, select
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ class SegmentManager(models.Manager[Any]):
         finished period used again (a clock error, a process that issued late) resumes above
         its last value rather than repeating its numbers (invariant I7).
         """
-        return rows.prune_periods(
+        return rowedits.prune_periods(
             self.model, name, keep=keep, idle=idle, using=using, dry_run=dry_run
         )
 
@@ -304,7 +304,7 @@ class SegmentManager(models.Manager[Any]):
         value up to the current one may have been issued), never to where it is, never above
         its ``max_value``; ``version``, the row's version when ``new`` was chosen, must still be
         the row's (a lease taken since then refuses it too)."""
-        rows.check_value(row, new, version)
+        rowedits.check_value(row, new, version)
 
     def raise_value(self, row: Any, new: int, version: int) -> None:
         """Raise counter row ``row`` to ``new`` (a gap: the values between are never issued),
@@ -312,4 +312,4 @@ class SegmentManager(models.Manager[Any]):
         caller's transaction (``UPDATE … SET value = %s, version = version + 1 WHERE key = %s
         AND version = %s``): a lease taken since ``version`` was read makes it write nothing,
         read ``row`` again and raise :class:`InvalidDefinition` (``field="version"``)."""
-        rows.raise_value(self.model, row, new, version)
+        rowedits.raise_value(self.model, row, new, version)

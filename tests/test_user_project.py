@@ -232,7 +232,7 @@ def test_migrating_the_app_to_zero_refuses_while_a_series_has_issued() -> None:
     from django_sequences import next_value
     from django_sequences.models import Sequence
 
-    Sequence.objects.define("zero.order", step=5)
+    Sequence.objects.define("zero.order", step=100)  # no prefetch in flight after 5 values
     taken = [next_value("zero.order") for _ in range(5)]
     Sequence.objects.get(name="zero.order").delete()  # leaves its mark
     Sequence.objects.define("zero.kept")
@@ -242,7 +242,7 @@ def test_migrating_the_app_to_zero_refuses_while_a_series_has_issued() -> None:
             call_command("migrate", "django_sequences", "zero", verbosity=0)
         assert "zero.kept, zero.order" in str(refused.value)
         assert "sequences_reset" in str(refused.value)
-        Sequence.objects.define("zero.order", step=5)
+        Sequence.objects.define("zero.order", step=100)  # no prefetch in flight after 5 values
         again = [next_value("zero.order") for _ in range(5)]
         assert set(again).isdisjoint(taken)
         for name in ("zero.kept", "zero.order"):

@@ -79,6 +79,19 @@ class LeaseConnection:
             w.ensure_connection()
             yield w
 
+    @contextmanager
+    def use_if_free(self) -> Iterator[BaseDatabaseWrapper | None]:
+        """:meth:`use`, or None at once when another thread holds the connection (it may be
+        waiting for a database lock that the caller's own transaction holds)."""
+        if not self.lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            with self.use() as w:
+                yield w
+        finally:
+            self.lock.release()
+
     def discard(self) -> None:
         """Close the connection (after an error; it is reopened on next use)."""
         with self.lock:

@@ -15,11 +15,10 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from django.apps import apps
-from django.db import DatabaseError, IntegrityError, connections, models, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
@@ -28,8 +27,6 @@ from ..core import retry
 from ..core.validation import BIGINT_MAX, check_count
 from ..exceptions import (
     BackendUnavailable,
-    InvalidCount,
-    InvalidDefinition,
     InvalidName,
     LeaseContention,
     SequenceExhausted,
@@ -37,7 +34,8 @@ from ..exceptions import (
     SerializationConflict,
 )
 from . import writers
-from .connections import insert, on_private, resolve_alias, select
+from .callers import in_callers_transaction, is_conflict
+from .connections import insert, lease_connection, on_private, resolve_alias, select
 
 #: The counter-row model (and its definition model) are handed in by the manager: the store
 #: names no model, so these are plain aliases.
@@ -107,26 +105,42 @@ def increment(
             key, lambda: _increment_on(model, connections[alias], key, count, name), name
         )
     except DatabaseError as exc:
-        if _is_conflict(exc):
+        if is_conflict(exc):
             raise SerializationConflict(key, str(exc).strip()) from exc
         raise BackendUnavailable(
             f"Could not take a value of {key!r} from database {alias!r}: {exc}."
         ) from exc
 
 
-#: Errors that say the caller's transaction lost to a concurrent one, not that the database
-#: failed: PostgreSQL's SQLSTATEs for a serialization failure and a deadlock, MariaDB/MySQL's
-#: deadlock error number.
-_CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
-_CONFLICT_ERRNOS = frozenset({1213})
-
-
-def _is_conflict(exc: DatabaseError) -> bool:
-    cause = exc.__cause__
-    if getattr(cause, "sqlstate", None) in _CONFLICT_SQLSTATES:
-        return True
-    args: tuple[object, ...] = getattr(cause, "args", ())
-    return bool(args) and args[0] in _CONFLICT_ERRNOS
+def increment_unless_locked(
+    model: RowModel, key: str, count: int, *, using: str | None = None, sequence: str | None = None
+) -> tuple[int, int] | None:
+    """SQLite: the strict increment of counter row ``key`` by ``count`` on the private
+    connection, committed on its own, if the database's write lock can be had at once; None
+    when another connection holds it (most often the caller's own transaction, which has
+    written: its lock is not released before it ends), when another thread holds the private
+    connection (it may be waiting for that lock), or when the row moved under a lease. The
+    caller then takes the values inside its own transaction (``increment(gapless=True)``)."""
+    _check_key(key)
+    check_count(count, BIGINT_MAX)
+    alias = resolve_alias(using)
+    name = sequence or key
+    with lease_connection(alias).use_if_free() as w:
+        if w is None:
+            return None
+        raw = w.connection
+        (waited,) = raw.execute("PRAGMA busy_timeout").fetchone()
+        raw.execute("PRAGMA busy_timeout = 0")
+        try:
+            return _increment_on(model, w, key, count, name, True)
+        except DatabaseError as exc:
+            if "locked" in str(exc):
+                return None
+            raise BackendUnavailable(
+                f"Could not take a value of {key!r} from database {alias!r}: {exc}."
+            ) from exc
+        finally:
+            raw.execute(f"PRAGMA busy_timeout = {int(waited)}")
 
 
 def increment_in(
@@ -211,7 +225,7 @@ def _lease_once(
             c.execute(sql.select, [key])
             row = c.fetchone()
             if row is None:
-                if _in_callers_transaction(w) and (created or w.vendor == "mysql"):
+                if in_callers_transaction(w) and (created or w.vendor == "mysql"):
                     # PostgreSQL: made (by this caller or another) after the transaction's
                     # snapshot. MariaDB/MySQL: deleted since _ensure_row; this transaction's
                     # UPDATE holds the gap lock an INSERT would wait for.
@@ -264,7 +278,7 @@ def create_missing_row(model: RowModel, w: BaseDatabaseWrapper, key: str, name: 
     pk, step, lo, hi = found[0]
     seq = seq_model(pk=pk, name=name, step=step, min_value=lo, max_value=hi)
     row = row_for(model, w, seq, key)
-    if not _in_callers_transaction(w):
+    if not in_callers_transaction(w):
         with contextlib.suppress(IntegrityError):  # another process created it first: fine
             insert(w, row)
         return
@@ -290,12 +304,6 @@ def _ensure_row(model: RowModel, alias: str, key: str, name: str) -> None:
     on_private(alias, key, ensure)
 
 
-def _in_callers_transaction(w: BaseDatabaseWrapper) -> bool:
-    """Whether ``w`` is a caller's connection inside ``transaction.atomic()`` (strict
-    ``gapless`` works there), not the process's private autocommit connection."""
-    return w.in_atomic_block and w.alias in connections.settings and connections[w.alias] is w
-
-
 def row_for(model: RowModel, w: BaseDatabaseWrapper, seq: Definition, key: str) -> Row:
     """A new counter row ``key`` of ``seq``, read on connection ``w``: it starts at
     ``min_value - 1``, or above the mark a deleted row of that key left (invariant I7: a
@@ -317,94 +325,6 @@ def _mark_of(w: BaseDatabaseWrapper, key: str) -> int:
     marks: Any = apps.get_model("django_sequences", "SeriesMark")
     found = select(w, marks.objects.filter(key=key).values_list("value"))
     return int(found[0][0]) if found else -BIGINT_MAX - 1
-
-
-# --- pruning finished periods ------------------------------------------------------------------
-
-
-def prune_periods(
-    model: RowModel,
-    name: str,
-    *,
-    keep: int = 2,
-    idle: timedelta = timedelta(days=7),
-    using: str | None = None,
-    dry_run: bool = False,
-) -> list[str]:
-    """:meth:`SegmentManager.prune_periods
-    <django_sequences.managers.SegmentManager.prune_periods>`."""
-    if keep < 1:
-        raise InvalidCount(f"keep must be at least 1; got {keep}.")
-    alias = resolve_alias(using)
-    prefix = f"{name}:"
-    rows = model.objects.using(alias)
-    found = list(rows.filter(key__startswith=prefix).values_list("pk", "key", "updated_at"))
-    periods = sorted(
-        (key[len(prefix) :], pk, key, at)
-        for pk, key, at in found
-        # exact: SQLite's LIKE ignores ASCII case, so "PP:…" rows match "pp:" there
-        if key.startswith(prefix) and key[len(prefix) :].isdigit()
-    )
-    cutoff = timezone.now() - idle
-    doomed = [(pk, key) for _stamp, pk, key, at in periods[:-keep] if at < cutoff]
-    if doomed and not dry_run:
-        model.objects.using(alias).filter(pk__in=[pk for pk, _key in doomed]).delete()
-    return [key for _pk, key in doomed]
-
-
-# --- raising a row's value by hand -------------------------------------------------------------
-
-
-def check_value(row: Row, new: int, version: int | None = None) -> None:
-    """Raise :class:`InvalidDefinition` unless counter row ``row`` (as read) may be raised to
-    ``new``: never lower (every value up to the current one may have been issued), never to
-    where it is, never above ``max_value``; ``version``, the row's version when ``new`` was
-    chosen, must still be the row's (a lease taken since then refuses it too)."""
-    if new < row.value:
-        raise InvalidDefinition(
-            f"Refused: {new} is below the last leased value {row.value} of row {row.key!r}. "
-            f"Values up to {row.value} may have been issued, so lowering the row would issue "
-            f"them again: a row's value can only be raised.",
-            field="value",
-        )
-    if new == row.value:
-        raise InvalidDefinition(
-            f"Row {row.key!r} is at {new} already: nothing to change.", field="value"
-        )
-    if new > row.max_value:
-        raise InvalidDefinition(
-            f"{new} is above the row's max_value {row.max_value}; raise max_value of the "
-            f"sequence first.",
-            field="value",
-        )
-    if version is not None and version != row.version:
-        raise InvalidDefinition(
-            f"Row {row.key!r} was leased meanwhile (version {version}, now {row.version}): "
-            f"nothing was written. Choose the new value again.",
-            field="version",
-        )
-
-
-def raise_value(model: RowModel, row: Row, new: int, version: int) -> None:
-    """Raise counter row ``row`` to ``new`` if :func:`check_value` allows it and the row is
-    still at ``version``: one ``UPDATE … SET value = %s, version = version + 1 WHERE key = %s
-    AND version = %s``, on the row's database in the caller's transaction, so a lease taken
-    since ``version`` was read makes it write nothing. Then ``row`` is read again and
-    :class:`InvalidDefinition` (``field="version"``) says where the row is now."""
-    check_value(row, new, version)
-    changed = (
-        model.objects.using(row._state.db)
-        .filter(key=row.key, version=version, value__lt=new)
-        .update(value=new, version=models.F("version") + 1, updated_at=timezone.now())
-    )
-    if changed == 1:
-        return
-    row.refresh_from_db()
-    raise InvalidDefinition(
-        f"Row {row.key!r} changed while its value was being raised (a lease): nothing was "
-        f"written. It is at {row.value} now; choose the new value again.",
-        field="version",
-    )
 
 
 # --- the statements ----------------------------------------------------------------------------

@@ -3,17 +3,21 @@ default) and ``strict`` (one atomic UPDATE per call or batch)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
+from django.db import connections
 
 from ..conf import app_settings
 from ..core.base import IdGenerator, SequenceSpec
-from ..core.segment import SegmentGenerator, Sizing
+from ..core.segment import LeaseFn, SegmentGenerator, Sizing
 from ..core.strict import StrictGenerator
 from ..core.validation import shown
 from ..exceptions import InvalidDefinition
 from ..formats.keys import shard_keys
+from ..sources import rows as sources_rows
+from ..sources.callers import joins_callers_transaction
 from .base import Strategy
 
 
@@ -69,13 +73,71 @@ class SegmentStrategy(Strategy):
         def lease(count: int | None) -> tuple[int, int]:
             return Segment.objects.lease(row_key, count, using=alias, sequence=name)
 
-        return SegmentGenerator(
-            row_key,
-            lease,
-            threshold=app_settings.PREFETCH_THRESHOLD,
-            wait_timeout=app_settings.LEASE_WAIT_TIMEOUT,
-            sizing=sizing,
-        )
+        settings: dict[str, Any] = {
+            "threshold": app_settings.PREFETCH_THRESHOLD,
+            "wait_timeout": app_settings.LEASE_WAIT_TIMEOUT,
+            "sizing": sizing,
+        }
+        if connections[alias].vendor != "sqlite":
+            return SegmentGenerator(row_key, lease, **settings)
+
+        def joined(count: int) -> tuple[int, int]:
+            return _in_transaction(Segment, row_key, count, alias, name)
+
+        return SQLiteSegmentGenerator(row_key, lease, joined, alias, **settings)
+
+
+def _in_transaction(model: Any, key: str, count: int, alias: str, name: str) -> tuple[int, int]:
+    """``count`` values of counter row ``key`` for a caller inside ``transaction.atomic()``
+    on SQLite: an increment committed on the private connection when SQLite's write lock is
+    free now (a value that commits on its own, as everywhere), else one inside the caller's
+    transaction, which then holds the lock: the values are that transaction's, committed with
+    it or given back by its rollback."""
+    got = sources_rows.increment_unless_locked(model, key, count, using=alias, sequence=name)
+    if got is not None:
+        return got
+    found: tuple[int, int] = model.objects.increment(
+        key, count, using=alias, sequence=name, gapless=True
+    )
+    return found
+
+
+class SQLiteSegmentGenerator(SegmentGenerator):
+    """A segment generator on SQLite. Inside the calling thread's ``transaction.atomic()``,
+    values come from memory when it holds them (ranges leased and committed before), else from
+    :func:`_in_transaction` (never cached, never a range lease: a lease, or a prefetch the
+    caller would wait for, would wait for the lock the caller's transaction may hold, and fail
+    after the timeout; ``sources.callers.joins_callers_transaction``). Outside a transaction
+    it is the plain segment generator."""
+
+    def __init__(
+        self,
+        name: str,
+        lease: LeaseFn,
+        joined: Callable[[int], tuple[int, int]],
+        alias: str,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name, lease, **kwargs)
+        self._joined = joined
+        self._alias = alias
+
+    def next(self) -> int:
+        if not joins_callers_transaction(self._alias):
+            return super().next()
+        got = self.try_take(1)
+        if got is not None:
+            return got[0]
+        return int(self._joined(1)[0])
+
+    def take(self, count: int) -> range | list[int]:
+        if not joins_callers_transaction(self._alias):
+            return super().take(count)
+        got = self.try_take(count)
+        if got is not None:
+            return got
+        first, last = self._joined(count)
+        return range(first, last + 1)
 
 
 class StrictStrategy(Strategy):
@@ -110,6 +172,8 @@ class StrictStrategy(Strategy):
         keys = shard_keys(row_key, shards)
 
         def increment(shard: int, count: int) -> tuple[int, int]:
+            if not gapless and joins_callers_transaction(alias):  # SQLiteSegmentGenerator
+                return _in_transaction(Segment, keys[shard], count, alias, spec.name)
             return Segment.objects.increment(
                 keys[shard], count, using=alias, sequence=spec.name, gapless=gapless
             )

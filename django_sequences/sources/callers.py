@@ -1,0 +1,51 @@
+"""The caller's own transaction, as the stores meet it: whether a counter row must be moved
+inside it (SQLite's single writer), whether a connection is the caller's, and which database
+errors mean that the caller's transaction lost to another one (roll back and retry) rather
+than that the database failed."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+def joins_callers_transaction(alias: str) -> bool:
+    """Whether a value of a counter row on ``alias`` must be taken inside the calling thread's
+    own transaction: SQLite, with that thread inside ``transaction.atomic()`` there.
+
+    SQLite has one writer at a time. A transaction that has written holds the database (and,
+    without WAL, one that has only read keeps a writer from committing), so a lease on the
+    private connection waited out the lock timeout and failed, blaming the database. Taken
+    in the caller's transaction instead, a value is that transaction's: committed with it, or
+    given back by its rollback (what ``strict`` with ``gapless`` does everywhere); nothing
+    taken there is cached for anyone else."""
+    w = connections[alias]
+    return w.vendor == "sqlite" and w.in_atomic_block
+
+
+def in_callers_transaction(w: BaseDatabaseWrapper) -> bool:
+    """Whether ``w`` is a caller's connection inside ``transaction.atomic()`` (strict
+    ``gapless`` works there), not the process's private autocommit connection."""
+    return w.in_atomic_block and w.alias in connections.settings and connections[w.alias] is w
+
+
+#: Errors that say the caller's transaction lost to a concurrent one, not that the database
+#: failed: PostgreSQL's SQLSTATEs for a serialization failure and a deadlock, MariaDB/MySQL's
+#: deadlock error number.
+_CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
+_CONFLICT_ERRNOS = frozenset({1213})
+
+
+def is_conflict(exc: DatabaseError) -> bool:
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) in _CONFLICT_SQLSTATES:
+        return True
+    if isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause):
+        # inside the caller's transaction: SQLite refuses a read lock's upgrade to the write
+        # lock while another connection writes (it would deadlock), at once or after the
+        # timeout; the transaction must start again (or start as a writer: IMMEDIATE)
+        return True
+    args: tuple[object, ...] = getattr(cause, "args", ())
+    return bool(args) and args[0] in _CONFLICT_ERRNOS
