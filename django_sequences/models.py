@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 from django.db.models.signals import pre_delete
@@ -178,7 +178,8 @@ class Sequence(_Bounds):
         check_name(self.name)
         check_bounds(self.step, self.min_value, self.max_value)
         if self._state.adding:
-            self._keep_marked_salt(kwargs.get("using") or self._state.db or "default")
+            using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+            self._keep_marked_salt(using)
         super().save(*args, **kwargs)
         self.segments.using(kwargs.get("using") or self._state.db).update(
             step=self.step, min_value=self.min_value, max_value=self.max_value
