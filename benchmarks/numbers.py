@@ -18,6 +18,10 @@ Two references for ``next_number(name)`` on ``TEMPLATE``:
 ``next_number`` and the hand formatter take turns, bursts of ``calls`` calls each, best burst
 of each (the machine is shared: turns put the same noise on both sides).
 
+Then the obfuscated fields, ``C{seq:06,perm}`` and ``{seq:short}`` (:data:`OBFUSCATED`):
+``next_number`` on each (values from 1 up), and a render and a parse of 100,000 values near
+10**6, per number.
+
 Usage: ``python -m benchmarks.numbers --db sqlite|postgresql|mysql [--quick]`` after
 ``migrate`` with ``--settings=benchmarks.settings`` (``scripts/bench`` runs it).
 """
@@ -37,6 +41,8 @@ from .strategies import per_count
 
 TEMPLATE = "SO{date:%Y%m%d}{seq:08}{check:luhn}"
 NAME = "bench.number"
+#: The obfuscated templates measured, by sequence name (the key: benchmarks/settings.py).
+OBFUSCATED = {"bench.perm": "C{seq:06,perm}", "bench.short": "{seq:short}"}
 
 
 def luhn(digits: str) -> str:
@@ -177,6 +183,7 @@ def run(quick: bool) -> list[tuple[str, str, str]]:
         hand_times.append(t_hand)
         ratios.append(t_field / t_hand)
     Order.objects.all().delete()
+    rows.extend(obfuscated(quick))
     ratio = statistics.median(ratios)
     rows.append(
         (
@@ -193,6 +200,42 @@ def run(quick: bool) -> list[tuple[str, str, str]]:
             f"{connection.vendor}",
         )
     )
+    return rows
+
+
+def obfuscated(quick: bool) -> list[tuple[str, str, str]]:
+    """``next_number`` on each of :data:`OBFUSCATED`, and its template's render and parse of
+    100,000 values from 10**6 on (per number)."""
+    from django_sequences import next_number
+    from django_sequences.models import Sequence
+    from django_sequences.numbers import issuer
+
+    calls = 100_000 if quick else 300_000
+    rows: list[tuple[str, str, str]] = []
+    for name, text in OBFUSCATED.items():
+        Sequence.objects.filter(name=name).delete()
+        # a six-digit field holds 999,999 values: cycle rather than run out mid-benchmark
+        Sequence.objects.define(name, step=1_000_000, template=text, max_value=999_999, cycle=True)
+        rate = per_count(partial(next_number, name), calls, times=5)
+        template = issuer(name).template
+        values = range(10**6 - 100_000, 10**6) if "perm" in text else range(10**6, 10**6 + 100_000)
+        render_us = parse_us = math.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            numbers = template.render_many(values)
+            t1 = time.perf_counter()
+            for number in numbers:
+                template.parse(number)
+            t2 = time.perf_counter()
+            render_us = min(render_us, (t1 - t0) / len(values) * 1e6)
+            parse_us = min(parse_us, (t2 - t1) / len(values) * 1e6)
+        rows.append(
+            (
+                f"`next_number` `{text}`",
+                f"{rate:,.0f}/s",
+                f"render {render_us:.2f} µs, parse {parse_us:.2f} µs per number ({numbers[0]!r} …)",
+            )
+        )
     return rows
 
 

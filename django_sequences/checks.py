@@ -327,6 +327,66 @@ def check_obfuscation_key(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     return out
 
 
+@register(Tags.database)
+@_never_crash
+def check_legacy_keys(
+    app_configs: Any = None, databases: list[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``django_sequences.W030``: a stored sequence whose template obfuscates (``perm``,
+    ``short``) with the project's key as it is: a definition made before keys were per sequence
+    (``key_salt`` blank), whose mapping every other such definition shares. Its numbers keep
+    that mapping (a new one could land on numbers already issued). A database check, on the
+    alias holding the definitions, silent before this app's migrations are all applied (and when
+    the database cannot be read: ``W021`` says so)."""
+    if not databases:
+        return []
+    try:
+        alias = resolve_alias(None)
+    except ConfigurationError:
+        return []  # the settings checks say what is wrong
+    if alias not in databases:
+        return []
+    try:
+        if not _migrated(alias):
+            return []
+        from .models import Sequence  # function-level: the models load after this module
+
+        stored = list(
+            Sequence.objects.using(alias)
+            .filter(key_salt="")
+            .exclude(template="")
+            .order_by("name")
+            .values_list("name", "template")
+        )
+    except DatabaseError:
+        return []
+    raw = getattr(settings, SETTING, {})
+    parts = raw.get("TEMPLATE_PARTS") if isinstance(raw, dict) else None
+    parts = parts if isinstance(parts, dict) else {}
+    out: list[CheckMessage] = []
+    for name, text in stored:
+        try:
+            needs = compile(text, key=b"placeholder", parts=parts, legacy_short=True).needs_key
+        except SequenceError:
+            continue  # a template that no longer compiles fails when it is used
+        if needs:
+            out.append(
+                CheckWarning(
+                    f"Sequence {name!r}: template {text!r} obfuscates its numbers with "
+                    f"{SETTING}['OBFUSCATION_KEY'] as it is (it was defined before keys were per "
+                    f"sequence), so its numbers share one mapping with every other such legacy "
+                    f"sequence: whoever reads or explains the numbers of one learns the others'.",
+                    hint="Its numbers keep this mapping, so that none is issued twice. For a key "
+                    "of its own, define a new sequence (a new definition gets one) and issue "
+                    "from it, keeping this one to read the numbers already issued; or accept the "
+                    f"shared mapping. See {docs_url('templates', 'obfuscation')}",
+                    id="django_sequences.W030",
+                    obj=f"sequence {name}",
+                )
+            )
+    return out
+
+
 # --- settings checks that need plugins and strategies (installed into conf.problems) --------
 
 

@@ -30,8 +30,9 @@ from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
 from .exceptions import InvalidDefinition, SequenceNotFound
 from .formats import keys as row_keys
+from .formats.obfuscation import new_salt
 from .sources.connections import insert, on_private, resolve_alias, select
-from .sources.rows import row_for
+from .sources.rows import marked_salt, row_for
 from .strategies import strategy_for, validate
 from .strategies.autoincrement import create_tables
 from .templating import check_reuse, compile_template, reset_period
@@ -140,7 +141,7 @@ def _update_definition(
     check_bounds(declared["step"], declared["min_value"], declared["max_value"])
     check_options(stored.name, declared["options"])
     check_voided(stored.name, declared["voided"])
-    new = SequenceSpec(name=stored.name, **declared)
+    new = SequenceSpec(name=stored.name, key_salt=stored.key_salt, **declared)
     validate(new)
     check_reuse(new)
     check_redefinition(stored, new, using=alias)
@@ -261,6 +262,7 @@ def define(
         seq.pk = None  # a retry after a lost connection starts over
         w.set_autocommit(False)
         try:
+            seq.key_salt = marked_salt(w, name, new_salt())
             insert(w, seq)
             insert(w, row_for(_model("Segment"), w, seq, name))
             w.commit()

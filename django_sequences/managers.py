@@ -31,11 +31,12 @@ class SequenceManager(models.Manager[Any]):
         """The committed definition of ``name``, or None; read on the private connection
         (outside the caller's transaction, and safe in a forked child)."""
         alias = resolve_alias(using)
-        qs = self.model.objects.filter(name=name).values_list("name", *SEQUENCE_FIELDS)
+        qs = self.model.objects.filter(name=name)
+        qs = qs.values_list("name", *SEQUENCE_FIELDS, "key_salt")
         found = on_private(alias, name, lambda w: select(w, qs))
         if not found:
             return None
-        stored, strategy, step, lo, hi, cycle, template, options, reset, voided = found[0]
+        stored, strategy, step, lo, hi, cycle, template, options, reset, voided, salt = found[0]
         return SequenceSpec(
             # the stored spelling: every store key derives from the definition, never from
             # the caller's spelling (a case-insensitive collation would match another one)
@@ -49,6 +50,7 @@ class SequenceManager(models.Manager[Any]):
             options=options if isinstance(options, dict) else {},
             reset=reset,
             voided=voided,
+            key_salt=salt,
         )
 
     def provision(

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 from django.db.models.signals import pre_delete
@@ -19,6 +18,7 @@ from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
 from .definitions import has_issued, period_change
 from .exceptions import InvalidDefinition, InvalidName, TemplateError
+from .formats.obfuscation import new_salt
 from .managers import SegmentManager, SequenceManager
 from .sources.workers import WorkerLeaseManager
 from .sources.writers import WRITER_LENGTH
@@ -34,7 +34,7 @@ BINARY_COLLATION = "utf8mb4_bin"
 
 def new_key_salt() -> str:
     """A fresh random salt for a new definition's obfuscation key."""
-    return secrets.token_hex(16)
+    return new_salt()
 
 
 class ExactCharField(models.CharField):
@@ -143,11 +143,14 @@ class Sequence(_Bounds):
         ),
     )
 
+    # Blank unless given: a new definition gets its salt when it is saved or defined
+    # (``save``, ``definitions.define``), while a row loaded from a dump keeps the dump's, and a
+    # dump of an earlier version, which has none, loads as the legacy definition it was.
     key_salt = models.CharField(
         _("key salt"),
         max_length=64,
         blank=True,
-        default=new_key_salt,
+        default="",
         db_default="",
         editable=False,
         help_text=_(
@@ -174,10 +177,24 @@ class Sequence(_Bounds):
         """
         check_name(self.name)
         check_bounds(self.step, self.min_value, self.max_value)
+        if self._state.adding:
+            using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+            self._keep_marked_salt(using)
         super().save(*args, **kwargs)
         self.segments.using(kwargs.get("using") or self._state.db).update(
             step=self.step, min_value=self.min_value, max_value=self.max_value
         )
+
+    def _keep_marked_salt(self, using: str) -> None:
+        """Give a new definition its key salt: a fresh one, unless counter rows of its name
+        were deleted: then the deleted definition's, from their marks. Its series goes on above
+        the marks, and a new mapping over those values could land on numbers already issued."""
+        marks = SeriesMark.objects.using(using).filter(sequence=self.name)
+        found = marks.order_by("-deleted_at", "-pk").values_list("key_salt", flat=True).first()
+        if found is not None:
+            self.key_salt = found
+        elif not self.key_salt:
+            self.key_salt = new_key_salt()
 
     def clean(self) -> None:
         try:
@@ -234,6 +251,7 @@ class Sequence(_Bounds):
             options=dict(self.options or {}),
             reset=self.reset,
             voided=self.voided,
+            key_salt=self.key_salt,
         )
 
 
@@ -276,7 +294,8 @@ class Segment(_Bounds):
 
 
 class SeriesMark(models.Model):
-    """The last value leased from a counter row that was deleted (invariant I7).
+    """The last value leased from a counter row that was deleted (invariant I7), and the key
+    salt of its definition (a definition made again under that name takes it).
 
     Written in the deleting transaction whenever a :class:`Segment` goes: the admin's delete,
     a queryset or model delete, the cascade of its definition's delete, or
@@ -326,19 +345,20 @@ def _keep_mark(sender: type[Segment], instance: Segment, using: str, **kwargs: A
     value, lo, version = found[0]
     if version == 0 and value < lo:
         return  # never leased (and not resumed above a mark): nothing to remember
-    name = (
+    name, salt = (
         Sequence.objects.using(using)
         .filter(pk=instance.sequence_id)
-        .values_list("name", flat=True)
+        .values_list("name", "key_salt")
         .first()
-    ) or instance.key
+    ) or (instance.key, "")
     marks = SeriesMark.objects.using(using)
     mark = marks.select_for_update().filter(key=instance.key).first()
     if mark is None:
-        marks.create(key=instance.key, sequence=name, value=value)
-    elif mark.value < value or mark.sequence != name:
+        marks.create(key=instance.key, sequence=name, value=value, key_salt=salt)
+    elif mark.value < value or mark.sequence != name or mark.key_salt != salt:
         mark.value = max(mark.value, value)
         mark.sequence = name
+        mark.key_salt = salt
         mark.save(using=using)
 
 

@@ -1,8 +1,8 @@
 """Templates and reset periods of definitions: compiling a definition's template with the
-project's settings (time zone, obfuscation key, custom parts), the period its counter restarts
-in, and the checks that a strategy can keep that counter. Below the API (``numbers.py`` issues
-with these) and the strategies (``strategies.validate`` checks definitions with them); above
-``formats/``, which knows nothing of settings.
+project's settings (time zone, the definition's obfuscation key, custom parts), the period its
+counter restarts in, and the checks that a strategy can keep that counter. Below the API
+(``numbers.py`` issues with these) and the strategies (``strategies.validate`` checks
+definitions with them); above ``formats/``, which knows nothing of settings.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from django.conf import settings
 from .conf import SETTING
 from .core.base import SequenceSpec
 from .exceptions import ConfigurationError, InvalidDefinition
+from .formats.obfuscation import sequence_key
 from .formats.template import compile, part_name_problem
 
 if TYPE_CHECKING:
@@ -71,7 +72,12 @@ def registered_parts() -> dict[str, str]:
 
 
 def compile_template(spec: SequenceSpec, text: str | None = None) -> Template:
-    """``text`` (default: the definition's template) compiled with the project's settings."""
+    """``text`` (default: the definition's template) compiled with the project's settings.
+
+    ``perm`` and ``short`` are keyed with the definition's own key,
+    ``obfuscation.sequence_key(OBFUSCATION_KEY, name, key_salt)``. A definition without a salt
+    (made before keys were per sequence) keeps ``OBFUSCATION_KEY`` itself and the short codes of
+    earlier versions, so the numbers it issued keep their meaning (system check W030)."""
 
     text = spec.template if text is None else text
     if not text:
@@ -80,18 +86,24 @@ def compile_template(spec: SequenceSpec, text: str | None = None) -> Template:
             f"it a template (e.g. 'SO{{seq:08}}'), or ask for values instead of numbers."
         )
     fs = format_settings()
-    cache_key = (spec.name, text, fs.tz, fs.key, tuple(sorted(fs.parts.items())))
+    salt = spec.key_salt
+    cache_key = (spec.name, salt, text, fs.tz, fs.key, tuple(sorted(fs.parts.items())))
     found = _compiled.get(cache_key)
     if found is None:
-        found = compile(text, tz=fs.tz, key=fs.key, parts=fs.parts, name=spec.name)
+        key = fs.key
+        if key and salt:
+            key = sequence_key(key, spec.name, salt)
+        found = compile(
+            text, tz=fs.tz, key=key, parts=fs.parts, name=spec.name, legacy_short=not salt
+        )
         if len(_compiled) < 10_000:
             _compiled[cache_key] = found
     return found
 
 
-#: Templates compiled, by (sequence, text and the settings they compiled with): validating a
-#: definition and building its issuer compile once. ``forget_compiled`` empties it (a
-#: settings change resets the registry, which calls it).
+#: Templates compiled, by (sequence, its key salt, text and the settings they compiled with):
+#: validating a definition and building its issuer compile once. ``forget_compiled`` empties it
+#: (a settings change resets the registry, which calls it).
 _compiled: dict[tuple[object, ...], Template] = {}
 
 

@@ -84,6 +84,16 @@ def test_memo_gives_the_values_the_hash_gives(monkeypatch: pytest.MonkeyPatch) -
     assert [memoised.backward(n) for n in sample] == [hashed.backward(n) for n in sample]
 
 
+def test_memo_limit_sets_which_domains_are_memoised() -> None:
+    domain = 10**9  # halves of 31,623 values: above TABLE_LIMIT
+    default, wider = Permutation(b"k", domain), Permutation(b"k", domain, memo_limit=2**15)
+    narrower = Permutation(b"k", 10**6, memo_limit=10)
+    assert default._tables is None and wider._tables is not None and narrower._tables is None
+    sample = range(0, domain, 9_999_991)
+    assert [default.forward(n) for n in sample] == [wider.forward(n) for n in sample]
+    assert [wider.backward(wider.forward(n)) for n in sample] == list(sample)
+
+
 def test_same_key_and_domain_give_the_same_permutation_across_processes() -> None:
     # Pinned: these values were issued; a change here would collide new numbers with old ones.
     assert [Permutation(b"golden key", 10**6).forward(n) for n in range(5)] == [

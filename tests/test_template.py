@@ -250,8 +250,13 @@ def test_parse_says_where_the_number_stops_matching() -> None:
 def test_parse_refuses_numbers_the_template_does_not_write() -> None:
     assert not compile("{seq}").is_valid("007")  # leading zeros
     assert not compile("{seq:base36}").is_valid("0A")
+    legacy = compile("{seq:short}", key=KEY, legacy_short=True)
+    assert not legacy.is_valid(compile("{seq:short}", key=KEY + b"!", legacy_short=True).render(5))
+    # every code of the right length and characters is some value's: another key's code of 5
+    # reads as another value
     short = compile("{seq:short}", key=KEY)
-    assert not short.is_valid(compile("{seq:short}", key=KEY + b"!").render(5))
+    assert short.parse(compile("{seq:short}", key=KEY + b"!").render(5))["seq"] != 5
+    assert not short.is_valid("x-")
     perm = compile("{seq:019,perm}", key=KEY)
     assert not perm.is_valid("9" * 19) or perm.parse("9" * 19)["seq"] <= 2**63 - 1
 

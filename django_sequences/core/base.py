@@ -27,6 +27,9 @@ class SequenceSpec:
     "year", "month", "day", "hour", "minute" or "second"."""
     voided: str = "keep"
     """What reservations do with voided and expired numbers: "keep" or "reuse"."""
+    key_salt: str = ""
+    """Makes the definition's obfuscation key its own (``formats.obfuscation.sequence_key``);
+    "" for a definition made before keys were per sequence, which keeps the project's key."""
 
 
 @dataclass(frozen=True)

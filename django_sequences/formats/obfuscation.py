@@ -10,23 +10,33 @@ no walking; otherwise fewer than ``a`` of the ``a * b`` points lie outside, so a
 average at most about ``1 + 1 / sqrt(domain)`` passes, never more than ``a``.
 
 :func:`encode_radix` / :func:`decode_radix` write a non-negative int in any alphabet.
-:class:`ShortCode` makes short sqids-style codes: a key-shuffled alphabet, a first character
-picked from the value that selects a rotation of that alphabet, the value in base
-``len(alphabet) - 1`` in that rotation (without the first character, which is then free to
-separate optional padding). Codes decode back exactly and ``decode`` accepts only what
-``encode`` produces, so distinct values never share a code.
+:class:`TieredShortCode` makes short codes that say nothing of each other: codes come in length
+tiers, and within a tier the value goes through a keyed :class:`Permutation` before it is
+written in base ``len(alphabet)`` with a key-shuffled alphabet. :class:`ShortCode` makes the
+sqids-style codes of earlier versions, kept for the numbers already issued with them: a
+key-shuffled alphabet, a first character picked from the value that selects a rotation of that
+alphabet, the value in base ``len(alphabet) - 1`` in that rotation. Whoever sees a few hundred
+consecutive ShortCode codes can rebuild the shuffle and predict the next code.
+Both decode back exactly and accept only what they produce, so distinct values never share a
+code.
+
+:func:`sequence_key` derives one sequence's key from the project's key, the sequence's name and
+a per-definition salt (HMAC-SHA256), so that no two sequences share a mapping.
 
 Everything here is deterministic across processes and Python versions (keys go through
-``hashlib.blake2b``; no ``hash()``, no unseeded ``random``). Never change a key once numbers
-were issued with it: the new permutation is unrelated to the old one, so new numbers can
-collide with old ones. Pure Python, no Django.
+``hashlib``: BLAKE2b, HMAC-SHA256; no ``hash()``, no unseeded ``random``). Never change a key
+once numbers were issued with it: the new permutation is unrelated to the old one, so new
+numbers can collide with old ones. Pure Python, no Django.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
+import secrets
 from array import array
+from bisect import bisect_right
 from math import isqrt
 
 from ..exceptions import InvalidNumber, TemplateError
@@ -87,7 +97,11 @@ class Permutation:
 
     __slots__ = ("_b", "_final", "_hashers", "_outs", "_tables", "domain", "rounds")
 
-    def __init__(self, key: bytes, domain: int, *, rounds: int = 8) -> None:
+    def __init__(
+        self, key: bytes, domain: int, *, rounds: int = 8, memo_limit: int | None = None
+    ) -> None:
+        """``memo_limit``: the largest half (``ceil(sqrt(domain))``) whose round values are
+        memoised (default ``TABLE_LIMIT``)."""
         key = _check_key(key, allow_empty=False)
         self.domain = _check_int("domain", domain, 2, MAX_DOMAIN)
         self.rounds = _check_int("rounds", rounds, MIN_ROUNDS, MAX_ROUNDS)
@@ -112,7 +126,7 @@ class Permutation:
             for i in range(rounds)
         )
         self._tables: tuple[array[int], ...] | None = None
-        if a <= TABLE_LIMIT:
+        if a <= (TABLE_LIMIT if memo_limit is None else memo_limit):
             self._tables = tuple(array("i", [-1]) * size for size in ins)
 
     def __repr__(self) -> str:
@@ -258,9 +272,36 @@ def decode_radix(text: str, alphabet: str) -> int:
     return n
 
 
+def _check_alphabet(alphabet: object) -> str:
+    """``alphabet`` if short codes can be written in it, else :class:`TemplateError`."""
+    if not isinstance(alphabet, str):
+        raise TemplateError(f"alphabet must be a str, not {type(alphabet).__name__}.")
+    if len(set(alphabet)) != len(alphabet):
+        raise TemplateError(f"alphabet must not repeat a character; {alphabet!r} does.")
+    if len(alphabet) < 5:
+        raise TemplateError(f"alphabet needs at least 5 characters; {alphabet!r} has fewer.")
+    if not (alphabet.isascii() and alphabet.isprintable()) or any(c.isspace() for c in alphabet):
+        raise TemplateError(
+            f"alphabet must hold printable ASCII characters without spaces; got {alphabet!r}."
+        )
+    return alphabet
+
+
+def _shuffled(alphabet: str, secret: bytes, label: bytes) -> str:
+    """``alphabet`` in a keyed order: a keyed sort is a shuffle that depends only on the secret,
+    the label and the characters."""
+    return "".join(
+        sorted(
+            alphabet,
+            key=lambda c: hashlib.blake2b(label + c.encode(), key=secret, digest_size=16).digest(),
+        )
+    )
+
+
 class ShortCode:
     """sqids-style short codes for non-negative ints: short, not sequential-looking, decoding
-    back exactly.
+    back exactly. The codes of earlier versions, kept so that the numbers issued with them keep
+    their meaning: new codes are :class:`TieredShortCode`'s.
 
     A code is one *prefix* character, then the *body*, then (only to reach ``min_length``) the
     prefix character again and filler. The alphabet is shuffled by the key; the prefix is the
@@ -272,8 +313,8 @@ class ShortCode:
 
     Injective: :meth:`decode` reads ``p`` from the prefix and the value from the body, then
     accepts the code only if :meth:`encode` of that value gives it back; so ``decode(encode(n))
-    == n`` for every ``n``, and two values cannot share a code. Not encryption: whoever has many
-    codes can learn the shuffle; put a :class:`Permutation` in front for unguessable codes.
+    == n`` for every ``n``, and two values cannot share a code. Not encryption: the codes of a
+    few hundred consecutive values give away the shuffle and the next code.
     """
 
     __slots__ = (
@@ -289,32 +330,12 @@ class ShortCode:
 
     def __init__(self, key: bytes, *, alphabet: str = BASE62, min_length: int = 0) -> None:
         key = _check_key(key, allow_empty=True)
-        if not isinstance(alphabet, str):
-            raise TemplateError(f"alphabet must be a str, not {type(alphabet).__name__}.")
-        if len(set(alphabet)) != len(alphabet):
-            raise TemplateError(f"alphabet must not repeat a character; {alphabet!r} does.")
-        if len(alphabet) < 5:
-            raise TemplateError(f"alphabet needs at least 5 characters; {alphabet!r} has fewer.")
-        if not (alphabet.isascii() and alphabet.isprintable()) or any(
-            c.isspace() for c in alphabet
-        ):
-            raise TemplateError(
-                f"alphabet must hold printable ASCII characters without spaces; got {alphabet!r}."
-            )
-        self.alphabet = alphabet
+        self.alphabet = _check_alphabet(alphabet)
         self.min_length = _check_int("min_length", min_length, 0, MAX_MIN_LENGTH)
         secret = hashlib.blake2b(key, digest_size=32, person=_PERSON_SHORTCODE).digest()
 
         def shuffled(label: bytes) -> str:
-            # a keyed sort is a shuffle that depends only on the key and the characters
-            return "".join(
-                sorted(
-                    alphabet,
-                    key=lambda c: hashlib.blake2b(
-                        label + c.encode(), key=secret, digest_size=16
-                    ).digest(),
-                )
-            )
+            return _shuffled(alphabet, secret, label)
 
         letters = self._letters = shuffled(b"alphabet:")
         size = len(letters)
@@ -388,3 +409,185 @@ class ShortCode:
             max_value //= base
             digits += 1
         return max(self.min_length, 1 + digits)
+
+
+# -- per-sequence keys and tiered short codes ---------------------------------------------------
+
+#: Values a :class:`TieredShortCode` writes: 0 … 2**64 - 1 (a tier's permutation holds at most
+#: ``MAX_DOMAIN`` values; sequence values stop at 2**63 - 1).
+MAX_SHORT_VALUE = MAX_DOMAIN - 1
+#: Feistel rounds of a tier's permutation: ten, as NIST FF1, rather than :class:`Permutation`'s
+#: default eight, because the first tiers are small domains (3,844 codes of two characters).
+TIER_ROUNDS = 10
+#: Tiers' permutations memoise halves up to 2**15 values (tiers up to 2**30 codes: five
+#: base-62 characters), at most ``TIER_ROUNDS x 32768 x 4`` bytes (1.3 MiB) per tier in use:
+#: a sequence's codes stay about as fast into the hundreds of millions.
+TIER_TABLE_LIMIT = 2**15
+_PERSON_TIERS = b"dseq.shorttiers"
+_SEQUENCE_KEY_LABEL = b"django-sequences/sequence-key/v1"
+
+
+def new_salt() -> str:
+    """A fresh salt for a new sequence definition's key: 32 hexadecimal characters (16 bytes
+    from :mod:`secrets`)."""
+    return secrets.token_hex(16)
+
+
+def sequence_key(project_key: bytes, name: str, salt: str) -> bytes:
+    """The obfuscation key of one sequence definition (32 bytes)::
+
+        HMAC-SHA256(key=project_key,
+                    msg=b"django-sequences/sequence-key/v1" || 0x00
+                        || u32be(len(N)) || N || u32be(len(S)) || S)
+
+    with ``N`` the sequence's name and ``S`` its salt in UTF-8, each preceded by its length in
+    bytes (4 bytes, big-endian), so that no two (name, salt) pairs give the same message.
+    Whoever lacks ``project_key`` learns nothing of one sequence's key from another's, and
+    the keys of two sequences are unrelated even when their names and salts are alike.
+    ``salt`` must not be empty: an empty salt means a definition made before keys were per
+    sequence, which keeps ``project_key`` itself (the caller's choice, not this function's)."""
+    key = _check_key(project_key, allow_empty=False)
+    if not isinstance(name, str) or not isinstance(salt, str) or not salt:
+        raise TemplateError(
+            f"A sequence key needs the sequence's name and a non-empty salt, both str; got "
+            f"{type(name).__name__} and {salt!r}."
+        )
+    n, s = name.encode("utf-8", "surrogatepass"), salt.encode("utf-8", "surrogatepass")
+    message = b"".join(
+        (_SEQUENCE_KEY_LABEL, b"\0", len(n).to_bytes(4, "big"), n, len(s).to_bytes(4, "big"), s)
+    )
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
+class TieredShortCode:
+    """Short codes that say nothing of each other: a keyed bijection between the values
+    ``0 … MAX_SHORT_VALUE`` and codes over ``alphabet``.
+
+    Codes come in *length tiers*. With ``N = len(alphabet)`` and ``first = max(2,
+    min_length)``, the codes of ``first`` characters are the values ``0 … N**first - 1``, the
+    codes one character longer the next ``N**(first + 1)`` values, and so on (the last tier
+    ends at ``MAX_SHORT_VALUE``). Within a tier, the value's index goes through a keyed
+    :class:`Permutation` of the tier (``TIER_ROUNDS`` rounds, its own key: BLAKE2b of the key,
+    the alphabet and the tier's length) and is written in base ``N``, exactly that many
+    characters, with the key-shuffled alphabet. Every string of a tier's length over the
+    alphabet is the code of exactly one value (in the last tier: those below its size), so
+    ``decode`` accepts exactly what ``encode`` produces, round-trips, and two values never
+    share a code; a code carries no check (a typo gives another value: add a check digit).
+
+    What codes reveal: their length, hence the tier (the value's magnitude). Within a tier
+    the codes of any values, consecutive ones included, are images of a keyed permutation:
+    they reveal neither the alphabet's order nor the code of another value, beyond which
+    codes are taken already. Thread-safe: a tier's permutation is built on first use; two
+    threads may both build it, and either result is the same permutation.
+    """
+
+    __slots__ = (
+        "_digits",
+        "_first",
+        "_index",
+        "_pairs",
+        "_perms",
+        "_secret",
+        "_sizes",
+        "_starts",
+        "alphabet",
+        "min_length",
+    )
+
+    def __init__(self, key: bytes, *, alphabet: str = BASE62, min_length: int = 0) -> None:
+        key = _check_key(key, allow_empty=False)
+        self.alphabet = _check_alphabet(alphabet)
+        self.min_length = _check_int("min_length", min_length, 0, MAX_MIN_LENGTH)
+        self._secret = hashlib.blake2b(key, digest_size=32, person=_PERSON_TIERS).digest()
+        self._digits = _shuffled(alphabet, self._secret, b"digits:")
+        self._index = {c: i for i, c in enumerate(self._digits)}
+        # every two-digit string, by value: writing a code takes half the steps
+        self._pairs = tuple(a + b for a in self._digits for b in self._digits)
+        base, self._first = len(alphabet), max(2, self.min_length)
+        starts: list[int] = []
+        sizes: list[int] = []
+        start, length = 0, self._first
+        while start <= MAX_SHORT_VALUE:
+            starts.append(start)
+            sizes.append(min(base**length, MAX_DOMAIN - start))
+            start += sizes[-1]
+            length += 1
+        self._starts, self._sizes = tuple(starts), tuple(sizes)
+        self._perms: list[Permutation | None] = [None] * len(sizes)
+
+    def __repr__(self) -> str:
+        return (
+            f"<TieredShortCode over {len(self.alphabet)} characters, min_length={self.min_length}>"
+        )
+
+    def _tier(self, tier: int) -> Permutation | None:
+        """The permutation of tier ``tier`` (None for a tier of one value), built on first use."""
+        found = self._perms[tier]
+        if found is None and self._sizes[tier] > 1:
+            length = (self._first + tier).to_bytes(2, "big")
+            label = b"tier:" + self._first.to_bytes(2, "big") + length + self.alphabet.encode()
+            key = hashlib.blake2b(label, key=self._secret, digest_size=32).digest()
+            found = self._perms[tier] = Permutation(
+                key, self._sizes[tier], rounds=TIER_ROUNDS, memo_limit=TIER_TABLE_LIMIT
+            )
+        return found
+
+    def encode(self, n: int) -> str:
+        """The code of ``0 <= n <= MAX_SHORT_VALUE`` (:class:`InvalidNumber` for anything
+        else)."""
+        if not isinstance(n, int) or not 0 <= n <= MAX_SHORT_VALUE:
+            raise InvalidNumber(
+                f"Only ints from 0 to {MAX_SHORT_VALUE} have a short code; got {n!r}."
+            )
+        tier = bisect_right(self._starts, n) - 1
+        perm = self._perms[tier] or self._tier(tier)
+        x = perm.forward(n - self._starts[tier]) if perm is not None else 0
+        return self._write(x, self._first + tier)
+
+    def _write(self, x: int, length: int) -> str:
+        """``x`` in base ``len(alphabet)``, ``length`` characters of the shuffled alphabet."""
+        pairs = self._pairs
+        if length == 2:
+            return pairs[x]
+        square = len(pairs)
+        if length == 3:
+            high, low = divmod(x, square)
+            return self._digits[high] + pairs[low]
+        chunks = []
+        for _ in range(length >> 1):
+            x, low = divmod(x, square)
+            chunks.append(pairs[low])
+        if length & 1:
+            chunks.append(self._digits[x])
+        return "".join(reversed(chunks))
+
+    def decode(self, code: str) -> int:
+        """The value whose code is ``code``; :class:`InvalidNumber` for a string of another
+        length than the tiers', a character outside the alphabet, or (last tier) a code
+        beyond the values."""
+        tiers = len(self._sizes)
+        if not isinstance(code, str) or not 0 <= len(code) - self._first < tiers:
+            shown = code[:50] if isinstance(code, str) else code
+            raise InvalidNumber(
+                f"{shown!r} is not a short code: codes have {self._first} to "
+                f"{self._first + tiers - 1} characters."
+            )
+        tier = len(code) - self._first
+        index, base, x = self._index, len(self._digits), 0
+        for c in code:
+            digit = index.get(c)
+            if digit is None:
+                raise InvalidNumber(f"{code!r} is not a short code: {c!r} cannot occur in it.")
+            x = x * base + digit
+        if x >= self._sizes[tier]:
+            raise InvalidNumber(f"{code!r} is not a short code of this alphabet and key.")
+        perm = self._perms[tier] or self._tier(tier)
+        return self._starts[tier] + (perm.backward(x) if perm is not None else 0)
+
+    def max_length(self, max_value: int) -> int:
+        """The length of the longest code of the values ``0 … max_value`` (the code of
+        ``max_value`` itself has it; from ``MAX_SHORT_VALUE`` on, the longest code): for
+        sizing a database column. It does not depend on the key."""
+        if not isinstance(max_value, int) or isinstance(max_value, bool) or max_value < 0:
+            raise TemplateError(f"max_value must be a non-negative int; got {max_value!r}.")
+        return self._first + bisect_right(self._starts, min(max_value, MAX_SHORT_VALUE)) - 1

@@ -466,7 +466,9 @@ class _Seq(_Part):
     name = "seq"
     _FLAGS = ("grow", "base36", "base62", "perm", "short")
 
-    def __init__(self, field: _Field, parser: _Parser, key: bytes | None) -> None:
+    def __init__(
+        self, field: _Field, parser: _Parser, key: bytes | None, legacy_short: bool = False
+    ) -> None:
         self.start = field.start
         self.spelled = spelled = parser.spelled(field)
         given = self._read_options(field, parser)  # option -> (value, position)
@@ -521,16 +523,15 @@ class _Seq(_Part):
                 self.limit = min(MAX_VALUE, len(self.alphabet) ** size - 1)
 
         self._perm: obfuscation.Permutation | None = None
-        self._short: obfuscation.ShortCode | None = None
+        self._short: obfuscation.TieredShortCode | obfuscation.ShortCode | None = None
         min_short = given["min"][0] if "min" in given else 0
         if self.needs_key and key:  # compile() says that a key is missing
             try:
                 if size is not None:
                     self._perm = obfuscation.decimal_permutation(key, size)
                 else:
-                    self._short = obfuscation.ShortCode(
-                        key, alphabet=self.alphabet, min_length=min_short
-                    )
+                    codes = obfuscation.ShortCode if legacy_short else obfuscation.TieredShortCode
+                    self._short = codes(key, alphabet=self.alphabet, min_length=min_short)
             except (TemplateError, ValueError, TypeError) as exc:
                 raise parser.error(f"{spelled}: {exc}", field.start) from exc
 
@@ -1864,6 +1865,7 @@ def compile(
     key: bytes | None = None,
     parts: Mapping[str, str | type] | None = None,
     name: str = "",
+    legacy_short: bool = False,
 ) -> Template:
     """Compiles ``text`` into a :class:`Template`. ``tz`` is the time zone of date parts and
     periods (a tzinfo or a zone name); ``key`` the obfuscation key (``perm``, ``short``);
@@ -1871,7 +1873,9 @@ def compile(
     (``{"region": "myapp.parts.Region"}``: the project's ``TEMPLATE_PARTS``): ``{region}``,
     ``{custom:region}`` and ``{custom:myapp.parts.Region}`` use it, and nothing else is ever
     imported, whatever the text names; ``name`` names the template in errors (the sequence's
-    name). Raises :class:`TemplateError`."""
+    name); ``legacy_short``: ``short`` writes the codes of earlier versions
+    (:class:`~.obfuscation.ShortCode`, for the numbers issued with them) instead of
+    :class:`~.obfuscation.TieredShortCode`'s. Raises :class:`TemplateError`."""
     if not isinstance(text, str):
         raise TemplateError(f"A template is a str, got {type(text).__name__}.")
     parser = _Parser(text)
@@ -1896,7 +1900,7 @@ def compile(
             continue
         kind = token.kind
         if kind == "seq":
-            built.append(_Seq(token, parser, key))
+            built.append(_Seq(token, parser, key, legacy_short))
         elif kind == "date":
             built.append(_Date(token, parser, tz))
         elif kind == "ctx" or kind.startswith("ctx."):

@@ -3,7 +3,6 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-import django_sequences.models
 import django_sequences.tokens
 
 
@@ -106,7 +105,7 @@ class Migration(migrations.Migration):
             field=models.CharField(
                 blank=True,
                 db_default="",
-                default=django_sequences.models.new_key_salt,
+                default="",
                 editable=False,
                 help_text="Makes this sequence's obfuscation key its own (derived from OBFUSCATION_KEY, its name and this salt). Blank: a definition made before keys were per sequence, which keeps the project key so that its numbers stay what they were.",
                 max_length=64,

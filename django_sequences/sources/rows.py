@@ -327,6 +327,20 @@ def _mark_of(w: BaseDatabaseWrapper, key: str) -> int:
     return int(found[0][0]) if found else -BIGINT_MAX - 1
 
 
+def marked_salt(w: BaseDatabaseWrapper, name: str, fresh: str) -> str:
+    """The key salt a new definition ``name`` takes, read on connection ``w``: that of the
+    newest mark its deleted counter rows left (its series goes on above them, under the same
+    obfuscation mapping), else ``fresh``."""
+    marks: Any = apps.get_model("django_sequences", "SeriesMark")
+    found = select(
+        w,
+        marks.objects.filter(sequence=name)
+        .order_by("-deleted_at", "-pk")
+        .values_list("key_salt")[:1],
+    )
+    return str(found[0][0]) if found else fresh
+
+
 # --- the statements ----------------------------------------------------------------------------
 
 
