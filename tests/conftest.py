@@ -8,9 +8,18 @@ from typing import Any
 import django
 import pytest
 from django.db import connection
+from hypothesis import HealthCheck, settings
 
 from django_sequences import registry
 from django_sequences.sources import connections as lease_connections
+
+# Hypothesis: no deadline anywhere (a loaded CI machine fails examples on time alone) and no
+# health check on slow data generation; "ci" runs more examples where CI sets it.
+settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
