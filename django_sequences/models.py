@@ -179,15 +179,16 @@ class Sequence(_Bounds):
         check_bounds(self.step, self.min_value, self.max_value)
         if self._state.adding:
             using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
-            self._keep_marked_salt(using)
+            self.choose_key_salt(using)
         super().save(*args, **kwargs)
         self.segments.using(kwargs.get("using") or self._state.db).update(
             step=self.step, min_value=self.min_value, max_value=self.max_value
         )
 
-    def _keep_marked_salt(self, using: str) -> None:
-        """Give a new definition its key salt: a fresh one, unless counter rows of its name
-        were deleted: then the deleted definition's, from their marks. Its series goes on above
+    def choose_key_salt(self, using: str) -> None:
+        """Give a new definition its key salt (on saving it; the admin's preview of a new one):
+        a fresh one, unless counter rows of its name were deleted: then the deleted
+        definition's, from their marks. Its series goes on above
         the marks, and a new mapping over those values could land on numbers already issued."""
         marks = SeriesMark.objects.using(using).filter(sequence=self.name)
         found = marks.order_by("-deleted_at", "-pk").values_list("key_salt", flat=True).first()

@@ -361,6 +361,31 @@ def test_preview_on_the_add_form_uses_every_field(admin_client: Client) -> None:
     assert refused["ok"] is False and "shards" in refused["error"]
 
 
+def test_preview_of_a_new_obfuscated_sequence_uses_a_key_of_its_own(
+    admin_client: Client, settings: Any
+) -> None:
+    """The preview of a new definition rendered with the project key as it is (the mapping of
+    definitions made before keys were per sequence), not as the saved sequence would: with a
+    fresh salt, as saving gives it; with the marks' salt when the name was deleted before."""
+    settings.DJANGO_SEQUENCES = {"OBFUSCATION_KEY": "k" * 32}
+    form = {"name": "adm.perm", "strategy": "segment", "template": "P{seq:06,perm}", "step": "10"}
+    form |= {"min_value": "1", "max_value": "999999"}
+    first, second = (admin_client.post(preview_url(), form).json() for _ in range(2))
+    legacy = Sequence(name="adm.perm", template="P{seq:06,perm}", key_salt="")
+    from django_sequences.numbers import render_preview
+
+    assert first["ok"] and first["numbers"] != render_preview(legacy.spec(), range(1, 6))
+    assert first["numbers"] != second["numbers"]  # a fresh salt each time: none chosen yet
+    seq = Sequence.objects.define("adm.perm", template="P{seq:06,perm}", step=10)
+    Segment.objects.lease("adm.perm")
+    issued = render_preview(seq.spec(), range(1, 6))
+    seq.delete()  # its marks keep its salt: the next definition of the name goes on with it
+    again = admin_client.post(preview_url(), form).json()
+    values = [int(v) for v in again["values"]]
+    assert again["numbers"] == render_preview(seq.spec(), values)  # the deleted one's key
+    assert set(again["numbers"]).isdisjoint(issued)
+
+
 def test_preview_needs_the_admin(client: Client) -> None:
     seq = defined("adm.private")
 

@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from ..core.base import SequenceSpec
 from ..formats.context import ContextKeyConflict, put_dotted
 from ..formats.keys import period_key, shard_keys
-from ..models import Segment, Sequence
+from ..models import Segment, Sequence, SeriesMark
 from ..numbers import render_preview
 from ..strategies import validate
 from ..templating import check_template, compile_template
@@ -122,6 +122,11 @@ def preview(
     else:
         rows = []
     committed = dict(Segment.objects.using(using).filter(key__in=rows).values_list("key", "value"))
+    # a row not made yet starts above the mark a deleted row of its key left (I7)
+    unmade = [k for k in rows if k not in committed]
+    if unmade:
+        marks = SeriesMark.objects.using(using).filter(key__in=unmade)
+        committed |= dict(marks.values_list("key", "value"))
     values = upcoming(spec, rows or [spec.name], committed if rows else {}, count)
     if not rows:
         note = str(

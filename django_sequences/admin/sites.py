@@ -277,6 +277,8 @@ class SequenceAdmin(admin.ModelAdmin):
         if not form.is_valid():
             return JsonResponse({"ok": False, "error": first_error(form)})
         using = (obj._state.db or "default") if obj is not None else router.db_for_read(Segment)
+        if obj is None:  # the key salt saving would give it: its marks', else a fresh one
+            form.instance.choose_key_salt(using)
         try:
             count = min(max(int(request.POST.get("count", PREVIEW_COUNT)), 1), 20)
             context = parse_context(form.cleaned_data.get("preview_context") or "")
