@@ -280,6 +280,11 @@ def context_of(request: HttpRequest, body: Payload) -> dict[str, Any]:
     for key, value in request.GET.items() if has_query(request) else ():
         if key == "count":
             continue
+        if key.count(".") >= MAX_CONTEXT_DEPTH:  # before put_dotted builds a level for each
+            raise bad_request(
+                f"Query parameter {short(key)} nests deeper than {MAX_CONTEXT_DEPTH} levels "
+                f"(a context nests at most that deep)."
+            )
         try:
             put_dotted(context, key, value)
         except ContextKeyConflict as exc:
