@@ -786,7 +786,14 @@ def test_a_new_token_is_shown_once_and_stored_as_its_digest(admin_client: Client
     add = reverse("admin:django_sequences_apitoken_add")
 
     response = admin_client.post(
-        add, {"name": "billing", "sequences": "shop.order, shop.invoice", "is_active": "on"}
+        add,
+        {
+            "name": "billing",
+            "sequences": "shop.order, shop.invoice",
+            "operations": ["issue", "read"],
+            "is_active": "on",
+            "max_ttl": "3600",
+        },
     )
 
     assert response.status_code == 200
@@ -798,6 +805,8 @@ def test_a_new_token_is_shown_once_and_stored_as_its_digest(admin_client: Client
     assert row.digest == hashlib.sha256(token.encode()).hexdigest()
     assert row.prefix == token[:12]
     assert row.sequences == ["shop.order", "shop.invoice"] and row.allows("shop.order")
+    assert row.operations == ["issue", "read"] and row.max_ttl == 3600
+    assert row.values_per_second is None  # blank: the setting's
     assert not ApiToken.objects.filter(digest=token).exists()
     # never again: not on its page, not in the list
     change = reverse("admin:django_sequences_apitoken_change", args=[row.pk])
@@ -813,14 +822,18 @@ def test_a_token_is_edited_without_a_new_secret(admin_client: Client) -> None:
     row, _token = ApiToken.create_token("ops", ["*"])
     change = reverse("admin:django_sequences_apitoken_change", args=[row.pk])
 
-    response = admin_client.post(change, {"name": "ops", "sequences": "adm.a", "is_active": ""})
+    response = admin_client.post(
+        change, {"name": "ops", "sequences": "adm.a", "operations": ["read"], "is_active": ""}
+    )
     refused = admin_client.post(
-        change, {"name": "ops", "sequences": "bad name!", "is_active": "on"}
+        change,
+        {"name": "ops", "sequences": "bad name!", "operations": ["read"], "is_active": "on"},
     )
 
     assert response.status_code == 302
     stored = ApiToken.objects.get(pk=row.pk)
     assert (stored.sequences, stored.is_active, stored.digest) == (["adm.a"], False, row.digest)
+    assert stored.operations == ["read"]
     assert refused.status_code == 200 and "may hold only letters" in refused.content.decode()
 
 

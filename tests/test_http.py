@@ -562,7 +562,20 @@ def test_token_command_json() -> None:
     out = StringIO()
     call_command("sequences_token", "all", "--sequences", "*", "--json", stdout=out)
     data = json.loads(out.getvalue())
-    assert set(data) == {"id", "name", "prefix", "sequences", "token"}
+    assert set(data) == {
+        "id",
+        "name",
+        "prefix",
+        "sequences",
+        "operations",
+        "values_per_second",
+        "requests_per_second",
+        "max_open_reservations",
+        "max_ttl",
+        "token",
+    }
+    assert data["operations"] == ["issue", "reserve", "settle", "read"]
+    assert data["values_per_second"] is None  # the setting's
     assert data["sequences"] == ["*"] and data["token"].startswith(data["prefix"])
     assert ApiToken.objects.get(pk=data["id"]).digest == ApiToken.digest_of(data["token"])
 
