@@ -112,6 +112,10 @@ if importlib.util.find_spec("django_redis") is not None:
         "LOCATION": REDIS_URL,
         "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
     }
+    # the JSON API counts its tokens' rates in the default cache (HTTP_RATE_CACHE): one that
+    # every process shares, so that the gunicorn workers the tests start count together (a
+    # process-local one is check W040); the prefix keeps concurrent test runs apart
+    CACHES["default"] = {**CACHES["sequences"], "KEY_PREFIX": f"testproject{_SUFFIX}"}
 
 DJANGO_SEQUENCES: dict[str, Any] = {
     "REDIS_ALIAS": "sequences",
