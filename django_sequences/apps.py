@@ -20,6 +20,7 @@ class DjangoSequencesConfig(AppConfig):
 
         # here, not at module level: the models and the registry need the app registry ready
         from . import checks, plugins, registry
+        from .http import limits  # (the settings of the API's rates)
         from .ops import metrics  # (the registry and the models)
         from .ops.stats import flush_rate_stats  # (models, through ops.stats)
         from .sources import connections  # (the models, through the stores' imports)
@@ -36,6 +37,7 @@ class DjangoSequencesConfig(AppConfig):
         plugins.set_flush_hook(flush_rate_stats)  # RateStats' flusher writes IssueStat rows
         setting_changed.connect(on_setting_changed, dispatch_uid="django_sequences.settings")
         django_checks.register(metrics.check, "django_sequences")
+        django_checks.register(limits.check, "django_sequences")  # E040, W040
         if metrics.enabled():  # (the raw setting: a broken dict is the checks' to report)
             if metrics.available():
                 metrics.install()  # the collector in prometheus-client's default registry

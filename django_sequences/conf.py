@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .core.validation import BIGINT_MAX
+from .core.validation import BIGINT_MAX, MAX_RESERVATION_TTL
 from .exceptions import ConfigurationError
 
 SETTING = "DJANGO_SEQUENCES"
@@ -99,6 +99,19 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a reservation (reserve_number) stays reserved before it expires when the call
     # gives no ttl (docs/settings.md).
     "RESERVATION_TTL": 900.0,
+    # What one API token may do at most (docs/http.md, "Limits"): values and requests per
+    # second, reservations open at once, the longest reservation (s). Each key is optional (the
+    # rest keep these values); None lifts that limit. A token's own field overrides its key.
+    "HTTP_TOKEN_LIMITS": {
+        "values_per_second": 1000,
+        "requests_per_second": 100,
+        "open_reservations": 100,
+        "max_ttl": 86400,
+    },
+    # The Django cache (a key of CACHES) that counts each token's values and requests per
+    # second. Every process must share it (Redis, Memcached): a process-local one (LocMemCache)
+    # counts per process, and check W040 says so.
+    "HTTP_RATE_CACHE": "default",
 }
 
 #: The fields of a definition, in the order ``Sequence.objects.spec`` reads them.
@@ -227,6 +240,7 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
                 "django_sequences.strategies.Strategy).",
             )
         )
+    out.extend(_http_problems(s))
     for validator in list(_validators):
         out.extend(validator(s))
     return out
@@ -289,6 +303,42 @@ def _format_problems(s: dict[str, Any]) -> list[Problem]:
                 'Example: {"region": "myapp.parts.Region"}.',
             )
         )
+    return out
+
+
+def _http_problems(s: dict[str, Any]) -> list[Problem]:
+    """E003: the limits of API tokens and the cache that counts their rates."""
+    out = []
+    known = DEFAULTS["HTTP_TOKEN_LIMITS"]
+    limits = s["HTTP_TOKEN_LIMITS"]
+    if not isinstance(limits, dict):
+        out.append(_type("HTTP_TOKEN_LIMITS", f"a dict with the keys {', '.join(known)}", s))
+        limits = {}
+    for key, value in limits.items():
+        where = f"{SETTING}['HTTP_TOKEN_LIMITS'][{key!r}]"
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            out.append(
+                Problem(
+                    "django_sequences.E003",
+                    f"{SETTING}['HTTP_TOKEN_LIMITS'] has unknown key {key!r}.",
+                    f"Did you mean {close[0]!r}?" if close else f"Its keys: {', '.join(known)}.",
+                )
+            )
+        elif value is not None and (
+            not _pos_int(value) or (key == "max_ttl" and value > MAX_RESERVATION_TTL)
+        ):
+            most = " of seconds, at most a year" if key == "max_ttl" else ""
+            out.append(
+                Problem(
+                    "django_sequences.E003",
+                    f"{where} must be an int of at least 1{most}, or None for no limit; got "
+                    f"{value!r}.",
+                    f"The default is {known[key]!r}.",
+                )
+            )
+    if not isinstance(s["HTTP_RATE_CACHE"], str) or not s["HTTP_RATE_CACHE"]:
+        out.append(_type("HTTP_RATE_CACHE", "a key of CACHES (a str)", s))
     return out
 
 

@@ -194,6 +194,16 @@ class ConfigurationError(SequenceError):
     """``DJANGO_SEQUENCES`` holds a value that cannot work (the system checks say the same)."""
 
 
+class InvalidToken(SequenceError, ValueError):
+    """A bad argument for an API token (``ApiToken.create_token``, ``sequences_token``, the
+    admin): an unknown operation, a limit that is not a whole number of at least 1. ``field``:
+    the token's field it is about (``"operations"``, ``"max_ttl"`` …)."""
+
+    def __init__(self, message: str = "", *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
+
+
 class ReservationError(SequenceError):
     """Base class of the errors of reservations (``reserve_number``, ``Reservation.confirm``
     and ``.void``). ``field``: the argument the error is about (``"ttl"``, ``"reason"``,
@@ -234,6 +244,7 @@ __all__ = [
     "InvalidName",
     "InvalidNumber",
     "InvalidReservation",
+    "InvalidToken",
     "IssueRejected",
     "LeaseContention",
     "RateLimited",

@@ -35,7 +35,7 @@ from . import numbers, registry
 from .audits import Audit, AuditNumber, Gap, audit
 from .conf import app_settings
 from .core.base import SequenceSpec
-from .core.validation import check_name, check_using, shown
+from .core.validation import MAX_RESERVATION_TTL, check_name, check_using, shown
 from .exceptions import (
     InvalidDefinition,
     InvalidKey,
@@ -46,8 +46,8 @@ from .exceptions import (
     SequenceNotFound,
 )
 from .formats.keys import period_key
+from .models import ApiToken, ReservationEvent, Segment, Sequence
 from .models import Reservation as Row
-from .models import ReservationEvent, Segment, Sequence
 from .sources import onetrip, rows
 from .sources.connections import insert, on_pooled, resolve_alias, select
 from .sources.transactions import in_transaction, update_rows
@@ -66,31 +66,24 @@ __all__ = [
     "reserve_number",
 ]
 
-#: Longest ``ttl`` (a year), ``actor`` (the column's length) and void ``reason``.
-MAX_TTL = 365 * 86400.0
+#: Longest ``ttl`` (a year), ``actor`` and ``label`` (the columns' length) and void ``reason``.
+MAX_TTL = float(MAX_RESERVATION_TTL)
 MAX_ACTOR = 255
 MAX_REASON = 1000
 #: Claims of voided numbers tried per reservation before a fresh value is taken.
 _CLAIM_TRIES = 20
-_FIELDS = (
-    "id",
-    "sequence",
-    "key",
-    "value",
-    "number",
-    "state",
-    "reserved_at",
-    "expires_at",
-    "actor",
-    "attempt",
-)
+#: The columns a :class:`Reservation` is read from.
+_FIELDS: tuple[str, ...] = ("id", "sequence", "key", "value", "number", "state", "actor")
+_FIELDS += ("reserved_at", "expires_at", "attempt", "token_id", "label")
 
 
 @dataclass
 class Reservation:
     """A reserved value and its number; :meth:`confirm` or :meth:`void` it before
     ``expires_at``. ``state`` is ``reserved``, ``confirmed``, ``voided`` or ``expired`` (a
-    reservation still ``reserved`` past ``expires_at`` shows ``expired``)."""
+    reservation still ``reserved`` past ``expires_at`` shows ``expired``). ``token_id``: the
+    API token that reserved it (None: the project's code); ``label``: what that token's client
+    said it was, kept beside ``actor``, the verified one."""
 
     id: int
     sequence: str
@@ -103,18 +96,22 @@ class Reservation:
     actor: str
     attempt: int
     alias: str = field(default="", repr=False)
+    token_id: int | None = None
+    label: str = ""
 
-    def confirm(self, *, actor: str | None = None) -> None:
+    def confirm(self, *, actor: str | None = None, label: str | None = None) -> None:
         """Confirm it: the number is used for good. Raises :class:`ReservationExpired` past
         ``expires_at``, :class:`ReservationSettled` when it is not ``reserved`` any more.
 
         Inside ``transaction.atomic()`` on the sequence's database the confirmation joins that
         transaction: it commits with the business rows (``state`` reads ``confirmed`` from
         then on) or rolls back with them (the reservation is ``reserved`` again and expires,
-        unless confirmed or voided later). Outside, it commits at once."""
-        self._settle("confirmed", _actor(actor) if actor is not None else self.actor, "")
+        unless confirmed or voided later). Outside, it commits at once. ``actor`` (default: the
+        one that reserved it) and ``label`` (default: its label, when ``actor`` is not given)
+        are recorded."""
+        self._settle("confirmed", *self._who(actor, label), "")
 
-    def void(self, reason: str, *, actor: str | None = None) -> None:
+    def void(self, reason: str, *, actor: str | None = None, label: str | None = None) -> None:
         """Void it, saying why (``reason``, required): ``keep`` keeps the number as a gap with
         its reason, ``reuse`` gives it to a later reservation. Raises as :meth:`confirm`. It
         commits at once on the app's own connection, also inside your transaction: the record
@@ -130,30 +127,35 @@ class Reservation:
                 f"characters (no NUL); got {shown(reason)}.",
                 field="reason",
             )
-        self._settle("voided", _actor(actor) if actor is not None else self.actor, reason)
+        self._settle("voided", *self._who(actor, label), reason)
 
-    async def aconfirm(self, *, actor: str | None = None) -> None:
+    async def aconfirm(self, *, actor: str | None = None, label: str | None = None) -> None:
         """:meth:`confirm` off the event loop."""
-        await _in_thread(lambda: self.confirm(actor=actor))
+        await _in_thread(lambda: self.confirm(actor=actor, label=label))
 
-    async def avoid(self, reason: str, *, actor: str | None = None) -> None:
+    async def avoid(
+        self, reason: str, *, actor: str | None = None, label: str | None = None
+    ) -> None:
         """:meth:`void` off the event loop."""
-        await _in_thread(lambda: self.void(reason, actor=actor))
+        await _in_thread(lambda: self.void(reason, actor=actor, label=label))
 
-    def _settle(self, state: str, actor: str, reason: str) -> None:
+    def _who(self, actor: str | None, label: str | None) -> tuple[str, str]:
+        """(actor, label) of a settling step: the given ones, else the reservation's own."""
+        own = self.label if actor is None else ""
+        return (
+            _actor(actor) if actor is not None else self.actor,
+            _actor(label, "label") if label is not None else own,
+        )
+
+    def _settle(self, state: str, actor: str, label: str, reason: str) -> None:
         alias = self.alias or resolve_alias(None)
+        who = {"actor": actor, "label": label, "reason": reason}
 
         def fast(w: BaseDatabaseWrapper, own: bool) -> bool | None:
             # PostgreSQL: the compare-and-set and the event in one statement (else None)
             now = timezone.now()
-            changes = {"state": state, "settled_at": now, "actor": actor, "reason": reason}
-            event = {
-                "attempt": self.attempt,
-                "state": state,
-                "at": now,
-                "actor": actor,
-                "reason": reason,
-            }
+            changes = {"state": state, "settled_at": now, **who}
+            event = {"attempt": self.attempt, "state": state, "at": now, **who}
             return onetrip.settle(
                 w,
                 Row,
@@ -174,11 +176,10 @@ class Reservation:
                 ),
                 state=state,
                 settled_at=now,
-                actor=actor,
-                reason=reason,
+                **who,
             )
             if changed:
-                _event(w, self.id, self.attempt, state, now, actor, reason)
+                _event(w, self.id, self.attempt, state, now, actor, reason, label)
             return changed
 
         caller = connections[alias]
@@ -190,14 +191,14 @@ class Reservation:
                 if joined is None:
                     joined = bool(write(caller))
             if joined:
-                transaction.on_commit(lambda: self._settled(state, actor), using=alias)
+                transaction.on_commit(lambda: self._settled(state, actor, label), using=alias)
                 return
         else:
             done = on_pooled(alias, self.key, lambda w: fast(w, True))
             if done is None:
                 done = bool(in_transaction(alias, self.key, write))
             if done:
-                self._settled(state, actor)
+                self._settled(state, actor, label)
                 return
         row = Row.objects.using(alias).filter(pk=self.id).first()
         verb = "confirm" if state == "confirmed" else "void"
@@ -228,9 +229,8 @@ class Reservation:
             field="number",
         )
 
-    def _settled(self, state: str, actor: str) -> None:
-        self.state = state
-        self.actor = actor
+    def _settled(self, state: str, actor: str, label: str) -> None:
+        self.state, self.actor, self.label = state, actor, label
 
 
 # --- reserving ----------------------------------------------------------------------------------
@@ -242,13 +242,17 @@ def reserve_number(
     ttl: float | None = None,
     actor: str = "",
     using: str | None = None,
+    token: ApiToken | None = None,
+    label: str = "",
     **context: Any,
 ) -> Reservation:
     """Reserve the next number of ``strict`` sequence ``name`` for ``ttl`` seconds (default
     ``DJANGO_SEQUENCES["RESERVATION_TTL"]``). ``context``: what the template's ``{ctx.NAME}``
-    parts read. Every argument is checked before a value is taken (I10)."""
+    parts read. ``token``: the API token it is reserved for (the JSON API's; it then belongs
+    to that token), ``label``: what its client said it was. Every argument is checked before
+    a value is taken (I10)."""
     seconds = _ttl(ttl)
-    who = _actor(actor)
+    who = {"actor": _actor(actor), "label": _actor(label, "label"), "token_id": _token(token)}
     check_using(using)
     spec = registry.build(name, using).spec  # SequenceNotFound for an unknown name
     check_reservable(spec)
@@ -310,11 +314,15 @@ async def areserve_number(
     ttl: float | None = None,
     actor: str = "",
     using: str | None = None,
+    token: ApiToken | None = None,
+    label: str = "",
     **context: Any,
 ) -> Reservation:
     """:func:`reserve_number` off the event loop (it waits on the database)."""
     return await _in_thread(
-        lambda: reserve_number(name, ttl=ttl, actor=actor, using=using, **context)
+        lambda: reserve_number(
+            name, ttl=ttl, actor=actor, using=using, token=token, label=label, **context
+        )
     )
 
 
@@ -324,7 +332,7 @@ def _fresh(
     key: str,
     now: datetime,
     expires: datetime,
-    actor: str,
+    who: dict[str, Any],
     render: Callable[[int], str],
 ) -> Reservation:
     """A new value from counter row ``key`` and its reservation: on PostgreSQL in two round
@@ -340,11 +348,12 @@ def _fresh(
         "reserved_at": now,
         "expires_at": expires,
         "settled_at": None,
-        "actor": actor,
         "reason": "",
         "attempt": 1,
+        **who,  # actor, label, token_id
     }
-    event = {"attempt": 1, "state": "reserved", "at": now, "actor": actor, "reason": ""}
+    event = {"attempt": 1, "state": "reserved", "at": now, "reason": ""}
+    event.update(actor=who["actor"], label=who["label"])
 
     def one_trip(w: BaseDatabaseWrapper) -> Reservation | None:
         got = onetrip.reserve(w, Segment, Row, ReservationEvent, key, values, event, render)
@@ -363,7 +372,7 @@ def _fresh(
             return None  # the optimistic fallback lost a race: roll back, try again
         row = Row(value=taken[0], number=render(taken[0]), **values)
         insert(w, row)
-        _event(w, row.pk, 1, "reserved", now, actor, "")
+        _event(w, row.pk, 1, "reserved", now, who["actor"], "", who["label"])
         return _of(row, alias)
 
     made = in_transaction(alias, key, write, retry_none=True)
@@ -385,7 +394,7 @@ def _ensure_row(w: BaseDatabaseWrapper, key: str, name: str) -> None:
 
 
 def _claim(
-    alias: str, name: str, key: str, now: datetime, expires: datetime, actor: str
+    alias: str, name: str, key: str, now: datetime, expires: datetime, who: dict[str, Any]
 ) -> Reservation | None:
     """The lowest voided or expired reservation of counter row ``key``, reserved again
     (compare-and-set on its state and attempt; a lost race tries the next one), or None."""
@@ -403,14 +412,14 @@ def _claim(
         if not candidates:
             return None
         for pk, state, attempt, _value in candidates:
-            won = in_transaction(alias, key, _claimer(pk, state, attempt, now, expires, actor))
+            won = in_transaction(alias, key, _claimer(pk, state, attempt, now, expires, who))
             if won is not None:
                 return _of(won, alias)
     return None
 
 
 def _claimer(
-    pk: int, state: str, attempt: int, now: datetime, expires: datetime, actor: str
+    pk: int, state: str, attempt: int, now: datetime, expires: datetime, who: dict[str, Any]
 ) -> Callable[[BaseDatabaseWrapper], Any]:
     def write(w: BaseDatabaseWrapper) -> Any:
         match = Row.objects.filter(pk=pk, state=state, attempt=attempt)
@@ -424,14 +433,14 @@ def _claimer(
             reserved_at=now,
             expires_at=expires,
             settled_at=None,
-            actor=actor,
             reason="",
+            **who,  # the new reservation's actor, label and token
         )
         if not changed:
             return None
         if state == "reserved":  # its expiry was not recorded yet
             _event(w, pk, attempt, "expired", now, "", "expired")
-        _event(w, pk, attempt + 1, "reserved", now, actor, "")
+        _event(w, pk, attempt + 1, "reserved", now, who["actor"], "", who["label"])
         found = select(w, Row.objects.filter(pk=pk).values_list(*_FIELDS))
         return Row(**dict(zip(_FIELDS, found[0], strict=True)))
 
@@ -441,9 +450,12 @@ def _claimer(
 # --- reading --------------------------------------------------------------------------------
 
 
-def get_reservation(name: str, number: str | int, *, using: str | None = None) -> Reservation:
+def get_reservation(
+    name: str, number: str | int, *, using: str | None = None, token: ApiToken | None = None
+) -> Reservation:
     """The reservation of sequence ``name`` with ``number`` (its number string, or its value:
-    an int; of several periods' values, the latest). Raises :class:`SequenceNotFound`,
+    an int; of several periods' values, the latest); with ``token``, only among those that
+    token reserved (another one is not found). Raises :class:`SequenceNotFound`,
     :class:`ReservationNotFound`."""
     check_name(name)
     alias = resolve_alias(using)
@@ -451,6 +463,8 @@ def get_reservation(name: str, number: str | int, *, using: str | None = None) -
     if spec is None:
         raise SequenceNotFound(name, using=using)
     found = Row.objects.using(alias).filter(sequence=spec.name)
+    if token is not None:
+        found = found.filter(token=_token(token))
     if isinstance(number, str):
         found = found.filter(number=number)
     elif isinstance(number, int) and not isinstance(number, bool):
@@ -521,14 +535,25 @@ def _ttl(ttl: object) -> float:
     return float(ttl)
 
 
-def _actor(actor: object) -> str:
+def _actor(actor: object, name: str = "actor") -> str:
     if not isinstance(actor, str) or len(actor) > MAX_ACTOR or "\x00" in actor:
         raise InvalidReservation(
-            f"actor is a str of at most {MAX_ACTOR} characters (who reserved, confirmed or "
-            f"voided); got {shown(actor)}.",
-            field="actor",
+            f"{name} is a str of at most {MAX_ACTOR} characters (who reserved, confirmed or "
+            f"voided, or what its client said it was); got {shown(actor)}.",
+            field=name,
         )
     return actor
+
+
+def _token(token: object) -> int | None:
+    """The key of API token ``token`` (None: none)."""
+    if token is None:
+        return None
+    if not isinstance(token, ApiToken) or token.pk is None:
+        raise InvalidReservation(
+            f"token is a saved ApiToken or None; got {shown(token)}.", field="token"
+        )
+    return int(token.pk)
 
 
 def _of(row: Any, alias: str) -> Reservation:
@@ -547,6 +572,8 @@ def _of(row: Any, alias: str) -> Reservation:
         actor=row.actor,
         attempt=row.attempt,
         alias=alias,
+        token_id=row.token_id,
+        label=row.label,
     )
 
 
@@ -558,13 +585,10 @@ def _event(
     at: datetime,
     actor: str,
     reason: str,
+    label: str = "",
 ) -> None:
-    insert(
-        w,
-        ReservationEvent(
-            reservation_id=pk, attempt=attempt, state=state, at=at, actor=actor, reason=reason
-        ),
-    )
+    event = {"state": state, "at": at, "actor": actor, "reason": reason, "label": label}
+    insert(w, ReservationEvent(reservation_id=pk, attempt=attempt, **event))
 
 
 async def _in_thread(fn: Callable[[], _T]) -> _T:

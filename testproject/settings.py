@@ -112,6 +112,16 @@ if importlib.util.find_spec("django_redis") is not None:
         "LOCATION": REDIS_URL,
         "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
     }
+    # the JSON API counts its tokens' rates in the default cache (HTTP_RATE_CACHE): one that
+    # every process shares, so that the gunicorn workers the tests start count together (a
+    # process-local one is check W040). Django's own Redis cache, not django-redis: the redis
+    # strategies' tests keep "default" as a cache they refuse. The prefix keeps concurrent
+    # test runs apart.
+    CACHES["default"] = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": f"testproject{_SUFFIX}",
+    }
 
 DJANGO_SEQUENCES: dict[str, Any] = {
     "REDIS_ALIAS": "sequences",

@@ -815,7 +815,14 @@ def test_a_new_token_is_shown_once_and_stored_as_its_digest(admin_client: Client
     add = reverse("admin:django_sequences_apitoken_add")
 
     response = admin_client.post(
-        add, {"name": "billing", "sequences": "shop.order, shop.invoice", "is_active": "on"}
+        add,
+        {
+            "name": "billing",
+            "sequences": "shop.order, shop.invoice",
+            "operations": ["issue", "read"],
+            "is_active": "on",
+            "max_ttl": "3600",
+        },
     )
 
     assert response.status_code == 200
@@ -827,6 +834,8 @@ def test_a_new_token_is_shown_once_and_stored_as_its_digest(admin_client: Client
     assert row.digest == hashlib.sha256(token.encode()).hexdigest()
     assert row.prefix == token[:12]
     assert row.sequences == ["shop.order", "shop.invoice"] and row.allows("shop.order")
+    assert row.operations == ["issue", "read"] and row.max_ttl == 3600
+    assert row.values_per_second is None  # blank: the setting's
     assert not ApiToken.objects.filter(digest=token).exists()
     # never again: not on its page, not in the list
     change = reverse("admin:django_sequences_apitoken_change", args=[row.pk])
@@ -842,15 +851,52 @@ def test_a_token_is_edited_without_a_new_secret(admin_client: Client) -> None:
     row, _token = ApiToken.create_token("ops", ["*"])
     change = reverse("admin:django_sequences_apitoken_change", args=[row.pk])
 
-    response = admin_client.post(change, {"name": "ops", "sequences": "adm.a", "is_active": ""})
+    response = admin_client.post(
+        change, {"name": "ops", "sequences": "adm.a", "operations": ["read"], "is_active": ""}
+    )
     refused = admin_client.post(
-        change, {"name": "ops", "sequences": "bad name!", "is_active": "on"}
+        change,
+        {"name": "ops", "sequences": "bad name!", "operations": ["read"], "is_active": "on"},
     )
 
     assert response.status_code == 302
     stored = ApiToken.objects.get(pk=row.pk)
     assert (stored.sequences, stored.is_active, stored.digest) == (["adm.a"], False, row.digest)
+    assert stored.operations == ["read"]
     assert refused.status_code == 200 and "may hold only letters" in refused.content.decode()
+
+
+def test_a_tokens_operations_and_limits_are_shown_and_edited(admin_client: Client) -> None:
+    """The token's page has a box per operation and a Limits section whose help says what a
+    blank field takes (the setting's value); an unknown operation or a limit of 0 is
+    refused with the words of ApiToken.create_token, and nothing changes."""
+    row, _token = ApiToken.create_token("ops", ["*"])
+    change = reverse("admin:django_sequences_apitoken_change", args=[row.pk])
+    page = admin_client.get(change).content.decode()
+    for op in ("issue", "reserve", "settle", "settle_any", "read", "status"):
+        assert f'value="{op}"' in page
+    assert "Limits" in page and "(now: 1000)" in page and "(now: 86400)" in page
+    base = {"name": "ops", "sequences": "*", "is_active": "on"}
+    refused = admin_client.post(
+        change, {**base, "operations": ["issue", "explain"], "values_per_second": "0"}
+    )
+    text = refused.content.decode()
+    assert refused.status_code == 200 and "explain is not one of the available choices" in text
+    assert "values_per_second must be a whole number from 1" in text
+    assert ApiToken.objects.get(pk=row.pk).operations == ["issue", "reserve", "settle", "read"]
+    saved = admin_client.post(
+        change,
+        {**base, "operations": ["read", "status"], "requests_per_second": "5", "max_ttl": "60"},
+    )
+    assert saved.status_code == 302
+    stored = ApiToken.objects.get(pk=row.pk)
+    assert (stored.operations, stored.requests_per_second, stored.max_ttl) == (
+        ["read", "status"],
+        5,
+        60,
+    )
+    listing = admin_client.get(reverse("admin:django_sequences_apitoken_changelist"))
+    assert "read, status" in listing.content.decode()
 
 
 # --- the pure helpers --------------------------------------------------------------------------

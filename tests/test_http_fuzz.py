@@ -30,6 +30,7 @@ from hypothesis.control import currently_in_test_context
 
 from django_sequences import get_sequence, http, next_value
 from django_sequences.models import ApiToken, Segment, Sequence
+from django_sequences.tokens import TOKEN_OPERATIONS
 
 from .conftest import settle
 
@@ -163,8 +164,12 @@ def api() -> Iterator[Api]:
             next_value(name)  # worker leases and inner rows, made before states are compared
         for name in NAMES:
             get_sequence(name).status()  # built (and its rows made) before any example
-        _, star = ApiToken.create_token("fuzz", ["*"])
-        _, scoped = ApiToken.create_token("fuzz-order", ["order"])
+        # every operation, and rates far above the fuzz's (its requests come by the hundred)
+        unlimited = {"requests_per_second": 10**6, "values_per_second": 10**6}
+        _, star = ApiToken.create_token("fuzz", ["*"], operations=TOKEN_OPERATIONS, **unlimited)
+        _, scoped = ApiToken.create_token(
+            "fuzz-order", ["order"], operations=TOKEN_OPERATIONS, **unlimited
+        )
         yield Api(star, scoped)
     http.tokens.forget()
 

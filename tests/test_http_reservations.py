@@ -77,7 +77,10 @@ def test_reserve_answers_201_with_the_number_and_when_it_expires(api: Client) ->
     before = timezone.now()
     got = reserve(api, {"ttl": 60, "actor": "checkout"})
     assert got["sequence"] == "inv" and got["number"] == "INV/010/00001" and got["value"] == 1
-    assert got["state"] == "reserved" and got["actor"] == "checkout"
+    # the actor is the token; what the client says it is, its label
+    token = ApiToken.objects.get(name="res")
+    assert got["actor"] == f"token:res ({token.prefix})" and got["label"] == "checkout"
+    assert got["state"] == "reserved"
     expires = datetime.fromisoformat(got["expires_at"])
     assert before + timedelta(seconds=59) <= expires <= timezone.now() + timedelta(seconds=61)
     assert r_state("inv", "INV/010/00001") == "reserved"
@@ -253,13 +256,16 @@ def test_a_sequence_without_a_template_reserves_its_values(api: Client) -> None:
     assert post(api, "/ids/bare/reservations/1/void", {"reason": "x"}).json()["state"] == "voided"
 
 
-def test_what_python_reserved_http_confirms() -> None:
+def test_what_python_reserved_http_confirms_with_settle_any() -> None:
+    """A reservation the project's code made has no token: over HTTP only a token that may
+    settle any reservation settles it (one that settles its own is told it does not exist)."""
     Sequence.objects.define("py", strategy="strict", template="PY-{seq}")
-    token = ApiToken.create_token("py", ["py"])[1]
+    own = ApiToken.create_token("own", ["py"])[1]
+    token = ApiToken.create_token("py", ["py"], operations=["settle_any"])[1]
     made = reserve_number("py", actor="worker")
-    r = post(
-        Client(headers={"authorization": f"Bearer {token}"}),
-        f"/ids/py/reservations/{made.number}/confirm",
-    )
+    url = f"/ids/py/reservations/{made.number}/confirm"
+    code, _ = error_of(post(Client(headers={"authorization": f"Bearer {own}"}), url), 404)
+    assert code == "not_found" and get_reservation("py", made.number).state == "reserved"
+    r = post(Client(headers={"authorization": f"Bearer {token}"}), url)
     assert r.status_code == 200 and r.json()["id"] == made.id, r.content
     assert get_reservation("py", made.number).state == "confirmed"

@@ -12,10 +12,11 @@ from django.db.models import Max
 from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
-from ..conf import docs_url
+from .. import tokens
+from ..conf import DEFAULTS, app_settings, docs_url
 from ..core.base import SequenceSpec
 from ..core.validation import check_bounds, check_name
-from ..exceptions import InvalidDefinition, InvalidKey, InvalidName, TemplateError
+from ..exceptions import InvalidDefinition, InvalidKey, InvalidName, InvalidToken, TemplateError
 from ..models import ApiToken, Segment, Sequence
 from ..strategies import names as strategy_names
 from .preview import DEFINING_FIELDS, EDITABLE_FIELDS, EXACT_ROWS, MARK_ROWS, counter_keys
@@ -199,19 +200,51 @@ class SetValueForm(forms.Form):
 
 
 class ApiTokenForm(forms.ModelForm):
+    """An API token's scope (its sequences and operations), whether it is active, and its
+    limits (blank: ``HTTP_TOKEN_LIMITS``'s value, which each field's help shows)."""
+
     sequences = forms.CharField(
         label=_("sequences"),
-        help_text=_("Names of the sequences it may issue from, separated by commas; * for all."),
+        help_text=_("Names of the sequences it may use, separated by commas; * for all."),
+    )
+    operations = forms.MultipleChoiceField(
+        label=_("operations"),
+        choices=[(op, op) for op in tokens.TOKEN_OPERATIONS],
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_(
+            "What it may do with its sequences: issue values and numbers; reserve numbers; "
+            "settle (confirm or void) its own reservations; settle_any: any reservation, also "
+            "another token's or one made by the project's code; read: explain numbers and read "
+            "its reservations; status: the processes' view of a sequence, with their hosts and "
+            "pids."
+        ),
     )
 
     class Meta:
         model = ApiToken
-        fields = ("name", "sequences", "is_active")
+        fields = (
+            "name",
+            "sequences",
+            "operations",
+            "is_active",
+            *tokens.TOKEN_LIMITS.values(),
+        )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk and "sequences" in self.fields:
             self.initial["sequences"] = ", ".join(self.instance.sequences or [])
+        if not self.instance.pk and "operations" in self.fields:
+            self.initial["operations"] = list(tokens.DEFAULT_TOKEN_OPERATIONS)
+        found = {**DEFAULTS["HTTP_TOKEN_LIMITS"], **app_settings.HTTP_TOKEN_LIMITS}
+        for key, name in tokens.TOKEN_LIMITS.items():
+            field = self.fields.get(name)
+            if field is not None:
+                field.widget.attrs["min"] = 1  # (clean() refuses 0 with its own words)
+                default = "no limit" if found[key] is None else found[key]
+                field.help_text = format_lazy(
+                    "{} {}", field.help_text, _("(now: %(default)s)") % {"default": default}
+                )
 
     def clean_sequences(self) -> list[str]:
         text: str = self.cleaned_data["sequences"]
@@ -225,3 +258,19 @@ class ApiTokenForm(forms.ModelForm):
                 except ValueError as exc:
                     raise forms.ValidationError(str(exc)) from exc
         return list(dict.fromkeys(found))
+
+    def clean_operations(self) -> list[str]:
+        try:
+            return tokens.clean_operations(self.cleaned_data["operations"])
+        except InvalidToken as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for name in tokens.TOKEN_LIMITS.values():
+            if name in data and name not in self.errors:
+                try:
+                    tokens.clean_limit(name, data[name])
+                except InvalidToken as exc:
+                    self.add_error(name, str(exc))
+        return data

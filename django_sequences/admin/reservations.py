@@ -25,7 +25,7 @@ class ReservationEventInline(admin.TabularInline):
     """Every state change of the reservation (a reused number has several attempts)."""
 
     model = ReservationEvent
-    fields = ("attempt", "state", "at", "actor", "reason")
+    fields = ("attempt", "state", "at", "actor", "label", "reason")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -47,7 +47,7 @@ class ReservationAdmin(ReadOnlyAdmin):
     list_display = ("number_cell", "state_cell", "who_cell", "times_cell")
     list_display_links = ("number_cell",)
     list_filter = ("state", "sequence")
-    search_fields = ("number", "sequence", "actor", "reason")
+    search_fields = ("number", "sequence", "actor", "label", "reason")
     date_hierarchy = "reserved_at"
     inlines = [ReservationEventInline]
 
@@ -78,14 +78,16 @@ class ReservationAdmin(ReadOnlyAdmin):
             _("audit"),
         )
 
-    @admin.display(description=_("actor, reason"), ordering="actor")
+    @admin.display(description=_("actor, label, reason"), ordering="actor")
     def who_cell(self, obj: Reservation) -> str:
-        # long reasons are cut in the list (the detail page has them whole)
+        # long reasons are cut in the list (the detail page has them whole); the label is what
+        # an API client said it was, beside the actor the app recorded (its token)
         reason = obj.reason if len(obj.reason) <= 60 else obj.reason[:59] + "…"
+        note = " · ".join(part for part in (f"“{obj.label}”" if obj.label else "", reason) if part)
         return format_html(
             '<span class="dsq-wrap">{}</span><br><span class="dsq-note dsq-wrap">{}</span>',
             obj.actor or "—",
-            reason,
+            note,
         )
 
     @admin.display(description=_("reserved, expires, settled"), ordering="reserved_at")

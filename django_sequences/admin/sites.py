@@ -54,6 +54,7 @@ from ..models import (
 )
 from ..ops.capacity import capacity
 from ..ops.overview import WRAPPERS, partition_health
+from ..tokens import TOKEN_LIMITS
 from .charts import Fill, chart_hours, fill, fill_bar, rate_per_minute, status_figures
 from .columns import (
     attach_figures,
@@ -468,19 +469,46 @@ _new_tokens: weakref.WeakKeyDictionary[HttpRequest, str] = weakref.WeakKeyDictio
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """Bearer tokens of the HTTP API. A token is made by ``ApiToken.create_token``, shown once
-    on the page after "Save", and stored only as its SHA-256."""
+    """Bearer tokens of the HTTP API: their sequences, operations and limits. A token is made
+    by ``ApiToken.create_token``, shown once on the page after "Save", and stored only as its
+    SHA-256."""
 
     form = ApiTokenForm
-    list_display = ("name", "prefix", "sequence_list", "is_active", "last_used_at", "created_at")
+    list_display = (
+        "name",
+        "prefix",
+        "sequence_list",
+        "operation_list",
+        "is_active",
+        "last_used_at",
+        "created_at",
+    )
     list_filter = ("is_active",)
     search_fields = ("name", "prefix")
     readonly_fields = ("prefix", "created_at", "last_used_at")
+    #: The limits, in the form's order (blank: HTTP_TOKEN_LIMITS).
+    LIMITS = tuple(TOKEN_LIMITS.values())
 
-    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> tuple[str, ...]:
-        if obj is None:
-            return ("name", "sequences", "is_active")
-        return ("name", "prefix", "sequences", "is_active", "created_at", "last_used_at")
+    def get_fieldsets(self, request: HttpRequest, obj: ApiToken | None = None) -> Any:
+        scope: tuple[str, ...] = ("name", "sequences", "operations", "is_active")
+        if obj is not None:
+            scope = ("name", "prefix", "sequences", "operations", "is_active")
+        fieldsets: list[tuple[Any, dict[str, Any]]] = [
+            (None, {"fields": scope}),
+            (
+                _("Limits"),
+                {
+                    "fields": self.LIMITS,
+                    "description": _(
+                        "Blank: the DJANGO_SEQUENCES['HTTP_TOKEN_LIMITS'] value, shown under "
+                        "each field. Past a rate the API answers 429 with Retry-After."
+                    ),
+                },
+            ),
+        ]
+        if obj is not None:
+            fieldsets.append((_("Use"), {"fields": ("created_at", "last_used_at")}))
+        return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
         return [] if obj is None else list(self.readonly_fields)
@@ -489,11 +517,20 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def sequence_list(self, obj: ApiToken) -> str:
         return ", ".join(obj.sequences or [])
 
+    @admin.display(description=_("operations"))
+    def operation_list(self, obj: ApiToken) -> str:
+        return ", ".join(obj.operations or [])
+
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
             return
-        row, token = ApiToken.create_token(obj.name, list(obj.sequences))
+        row, token = ApiToken.create_token(
+            obj.name,
+            list(obj.sequences),
+            operations=obj.operations,
+            **{name: getattr(obj, name) for name in self.LIMITS},
+        )
         if not obj.is_active:
             ApiToken.objects.filter(pk=row.pk).update(is_active=False)
             row.is_active = False

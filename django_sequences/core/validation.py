@@ -16,6 +16,9 @@ MAX_NAME_LENGTH = 100
 #: Largest value a BIGINT column holds.
 BIGINT_MAX = 2**63 - 1
 BIGINT_MIN = -(2**63)
+#: Longest a reservation may be held, in seconds (a year): ``reserve_number``'s ``ttl``,
+#: ``RESERVATION_TTL`` and an API token's ``max_ttl``.
+MAX_RESERVATION_TTL = 365 * 86400
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*\Z")
 

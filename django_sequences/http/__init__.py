@@ -1,6 +1,8 @@
 """The JSON HTTP API (docs/http.md): ``views.py`` (the endpoints and the site's error handlers),
-``plumbing.py`` (bearer tokens, JSON answers, errors to status codes, the views' wrapper),
-``bodies.py`` (reading bodies, query strings and counts), ``openapi.py`` and ``schemas.py``
+``reservations.py`` (the reservation endpoints), ``plumbing.py`` (bearer tokens, JSON answers,
+errors to status codes), ``access.py`` (the views' wrapper: the operation each needs),
+``limits.py`` (each token's rates, open reservations and longest ttl), ``bodies.py`` (reading
+bodies, query strings and counts), ``openapi.py`` and ``schemas.py``
 (the OpenAPI document). Its URLs are ``django_sequences.urls``; ``django_sequences.views`` is
 the stable path of the handlers.
 

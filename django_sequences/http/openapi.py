@@ -43,7 +43,7 @@ from .schemas import (
 
 OPENAPI_VERSION = "3.1.0"
 #: Version of this description (``info.version``); raise it when the API changes.
-API_VERSION = "1.2.0"
+API_VERSION = "2.0.0"
 
 
 def name_parameter() -> Doc:
@@ -186,7 +186,8 @@ def explain_path() -> Doc:
             "description": "The parts of a value of a snowflake or timestamp sequence (or "
             "one wrapped by failover or memory_bits), or of a number of a sequence with a "
             "template: its text is read as a number first, then as a value. Plain counters' "
-            "values have no parts (400); nor has text that matches neither (400).",
+            "values have no parts (400); nor has text that matches neither (400). Needs the "
+            "read operation.",
             "parameters": [ids_query("")],
             "responses": {
                 "200": ok("The parts.", ref("schemas", "Explained")),
@@ -203,6 +204,8 @@ def status_path() -> Doc:
             "operationId": "getStatus",
             "tags": ["sequences"],
             "summary": "This process's view of a sequence",
+            "description": "Needs the status operation (new tokens do not have it): the "
+            "answer names the server's host and process.",
             "responses": {
                 "200": ok("The status.", ref("schemas", "Status")),
                 **errors(*COMMON),
@@ -215,7 +218,9 @@ def actor_field() -> Doc:
     return {
         "type": "string",
         "maxLength": MAX_ACTOR,
-        "description": "Who does this (a user name, a service), kept for the audit.",
+        "description": "Who does this (a user name, a service), as the client says: kept for "
+        "the audit as the reservation's label, beside the actor the server records (the "
+        "token).",
     }
 
 
@@ -228,8 +233,10 @@ def reservations_path() -> Doc:
             "summary": "Reserve a number",
             "description": "Reserve the next number of an unsharded strict sequence (with "
             "voided='reuse', the lowest voided or expired number first) until expires_at; "
-            "confirm or void it before then. Other sequences are refused (400). The context "
-            "of the number is the body's context object (the query string takes only ids).",
+            "confirm or void it before then; it belongs to the token (another token settles "
+            "or reads it only with settle_any). Other sequences are refused (400); so is more "
+            "than the token's open reservations (409 too_many_open). The context of the number "
+            "is the body's context object (the query string takes only ids).",
             "parameters": [ids_query()],
             "requestBody": body(
                 {
@@ -237,8 +244,9 @@ def reservations_path() -> Doc:
                         "type": "number",
                         "exclusiveMinimum": 0,
                         "maximum": MAX_TTL,
-                        "description": "Seconds the reservation holds; default the server's "
-                        "RESERVATION_TTL.",
+                        "description": "Seconds the reservation holds, at most the token's "
+                        "max_ttl (HTTP_TOKEN_LIMITS; a day unless the server says otherwise); "
+                        "default the server's RESERVATION_TTL, cut to it.",
                     },
                     "context": ref("schemas", "Context"),
                     "actor": actor_field(),
@@ -285,8 +293,9 @@ def settle_path(action: str) -> Callable[[], Doc]:
                 "operationId": what[0],
                 "tags": ["reservations"],
                 "summary": what[1],
-                "description": f"{what[1]} Unknown: 404; expired or settled already: 409 "
-                "(nothing changes).",
+                "description": f"{what[1]} Needs settle for the token's own reservations, "
+                "settle_any for any other. Unknown, or not the token's: 404; expired or settled "
+                "already: 409 (nothing changes).",
                 "parameters": [ids_query()],
                 "requestBody": request,
                 "responses": {
@@ -308,7 +317,8 @@ def reservation_path() -> Doc:
             "summary": "A reservation as it is now",
             "description": "Where a reservation stands (reserved, confirmed, voided or "
             "expired): how a client that lost the answer to a confirm or void learns whether "
-            "it went through.",
+            "it went through. Needs read; sees the token's own reservations (any, with "
+            "settle_any).",
             "parameters": [ids_query("")],
             "responses": {
                 "200": ok("The reservation.", ref("schemas", "Reservation")),
@@ -362,7 +372,10 @@ DESCRIPTION = """\
 Unique IDs and formatted business numbers from django_sequences.
 
 Every path also takes a trailing slash. Every request but this document's needs
-`Authorization: Bearer <token>` (manage.py sequences_token NAME --sequences SEQ,...).
+`Authorization: Bearer <token>` (manage.py sequences_token NAME --sequences SEQ,...), a token
+allowed the sequence and the operation of the endpoint (issue, reserve, settle or settle_any,
+read, status), within its limits: requests and values per second (429 with Retry-After), open
+reservations (409) and the longest ttl (400). A reservation belongs to the token that made it.
 Errors are `{"error": {"code", "message"}}`; any URL under the prefix that is not an endpoint
 is a JSON 404, and any other method on a path a JSON 405 with an Allow header.
 A refused request consumes nothing. Snowflake values exceed 2^53: parse them as 64-bit integers,

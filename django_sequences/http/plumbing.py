@@ -1,6 +1,7 @@
-"""The plumbing of the JSON HTTP API (``http/views.py``; docs/http.md): bearer tokens, JSON
-out, one table from errors to status codes, and :func:`endpoint`, the wrapper that makes a view
-of all three. Reading bodies is ``http/bodies.py``.
+"""The plumbing of the JSON HTTP API (``http/views.py``; docs/http.md): bearer tokens and what
+each may do (:meth:`TokenCache.authenticate`), JSON out, and one table from errors to status
+codes. Reading bodies is ``http/bodies.py``; the limits of tokens ``http/limits.py``; the
+wrapper that makes a view of all of them ``http/access.py``.
 
 **Tokens.** A request carries ``Authorization: Bearer <token>``; the token's SHA-256 is looked
 up in :class:`~django_sequences.models.ApiToken`. A row found is kept in this process for
@@ -20,6 +21,10 @@ by the conditional ``UPDATE``. They hold no connection, so they stay valid after
 Only bearer tokens are accepted, never a session cookie: that is why the views can be exempt
 from CSRF (a browser does not add an ``Authorization`` header to a forged request on its own).
 
+**What a refusal says.** A ``403`` names the sequence and the operation the request asked for,
+never the token's name, prefix or other sequences: whoever holds a token learns what it may not
+do here, not what it may do elsewhere.
+
 **Errors** are answered in the words of an HTTP client (:func:`message_for`), from each
 exception's type and attributes.
 """
@@ -32,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import (
@@ -40,11 +45,10 @@ from django.core.exceptions import (
     SuspiciousOperation,
     TooManyFieldsSent,
 )
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, UnreadablePostError
 from django.utils import timezone
-from django.views.decorators.csrf import csrf_exempt
 
 from ..exceptions import (
     BackendUnavailable,
@@ -76,6 +80,15 @@ TOKEN_CACHE_SECONDS = 30.0
 LAST_USED_EVERY = 60.0
 #: Longer bearer values are refused without a database lookup (tokens are 47 characters).
 MAX_TOKEN_LENGTH = 256
+#: What a 403 says a token without an operation may not do (``... may not <words> sequence X``).
+OPERATION_WORDS = {
+    "issue": "issue values or numbers of",
+    "reserve": "reserve numbers of",
+    "settle": "confirm or void reservations of",
+    "settle_any": "confirm or void other clients' reservations of",
+    "read": "explain numbers or read reservations of",
+    "status": "read the status of",
+}
 
 JSON = "application/json"
 HOW_TO_AUTHENTICATE = (
@@ -338,10 +351,11 @@ class TokenCache:
         self._rows: dict[str, tuple[float, ApiToken]] = {}
         self._touched: dict[int, float] = {}
 
-    def authenticate(self, request: HttpRequest, sequence: str) -> ApiToken:
-        """The token of ``request`` if it may use ``sequence``; else :class:`ApiError`
-        (401 without a bearer token, 403 for an unknown or inactive one, or one whose scope
-        leaves ``sequence`` out)."""
+    def authenticate(self, request: HttpRequest, sequence: str, needs: tuple[str, ...]) -> ApiToken:
+        """The token of ``request`` if it may use ``sequence`` for one of the operations
+        ``needs``; else :class:`ApiError` (401 without a bearer token, 403 for an unknown or
+        inactive one, one whose scope leaves ``sequence`` out, or one without the operation).
+        The 403s name neither the token nor what else it may use (module docstring)."""
         token = bearer_token(request)
         now = self.clock()
         row = self.lookup(token, now)
@@ -353,19 +367,23 @@ class TokenCache:
                 "a new one with manage.py sequences_token.",
             )
         if not row.is_active:
-            raise ApiError(
-                403,
-                "forbidden",
-                f"Token {row.prefix}… ({row.name}) is deactivated; ask for a new one.",
-            )
+            raise ApiError(403, "forbidden", "This token is deactivated; ask for a new one.")
         if not row.allows(sequence):
-            allowed = ", ".join(map(str, row.sequences)) or "none"
             raise ApiError(
                 403,
                 "forbidden",
-                f"Token {row.prefix}… ({row.name}) may not use sequence {sequence!r}; it allows "
-                f"{allowed}. Make a token that names it (manage.py sequences_token NAME "
-                f"--sequences {sequence}).",
+                f"This token may not use sequence {sequence!r}; ask for a token scoped to it "
+                f"(manage.py sequences_token NAME --sequences {sequence}).",
+            )
+        if not any(row.may(op) for op in needs):
+            alternatives = " or ".join(map(repr, needs))
+            raise ApiError(
+                403,
+                "forbidden",
+                f"This token may not {OPERATION_WORDS.get(needs[0], needs[0])} sequence "
+                f"{sequence!r}: that needs the operation {alternatives}, which it lacks. Ask "
+                f"for a token with it (manage.py sequences_token NAME --sequences {sequence} "
+                f"--operations {needs[0]},...).",
             )
         if now - self._touched.get(row.pk, -self.touch_every) >= self.touch_every:
             self._touch(row, now)
@@ -418,12 +436,7 @@ def _model() -> type[ApiToken]:
 tokens = TokenCache()
 
 
-# --- the views' wrapper ----------------------------------------------------------------------
-
-P = ParamSpec("P")
 Payload = dict[str, Any]
-ApiView = Callable[Concatenate[HttpRequest, str, P], Payload]
-DjangoView = Callable[Concatenate[HttpRequest, str, P], HttpResponse]
 
 
 def method_not_allowed(request: HttpRequest, allow: str) -> HttpResponse:
@@ -434,35 +447,3 @@ def method_not_allowed(request: HttpRequest, allow: str) -> HttpResponse:
         f"{short(request.method, 20)} is not allowed here; use {allow}.",
         {"Allow": allow},
     )
-
-
-def endpoint(*methods: str, status: int = 200) -> Callable[[ApiView[P]], DjangoView[P]]:
-    """Make ``view(request, name, …) -> payload`` an API view: only ``methods`` (else 405),
-    a bearer token allowed sequence ``name`` (else 401/403), the payload as JSON with
-    ``status`` (201 for what makes a resource), and every error as
-    ``{"error": {"code", "message"}}`` with its status (:data:`ERRORS`).
-
-    Exempt from CSRF: only bearer tokens are accepted, never a session (module docstring).
-    Outside ``ATOMIC_REQUESTS``: what a view writes commits before its answer is sent (a
-    confirm answered ``confirmed`` is confirmed), and an error answer rolls nothing of the
-    caller's back.
-    """
-    allow = ", ".join(methods)
-
-    def wrap(view: ApiView[P]) -> DjangoView[P]:
-        @functools.wraps(view)
-        def run(request: HttpRequest, name: str, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
-            if request.method not in methods:
-                return method_not_allowed(request, allow)
-            try:
-                tokens.authenticate(request, name)
-                payload = view(request, name, *args, **kwargs)
-            except ApiError as exc:
-                return exc.response()
-            except Exception as exc:
-                return error_for(exc)
-            return json_response(payload, status)
-
-        return csrf_exempt(transaction.non_atomic_requests(run))
-
-    return wrap

@@ -11,8 +11,18 @@ GET      ``<name>/reservations/<number>``            the reservation as it is no
 The GET is how a client that lost the answer to a confirm learns whether it went through (a
 second confirm is a 409 ``settled``, not a second success).
 
+**A reservation belongs to the token that made it.** Reserving needs the ``reserve``
+operation; confirming and voiding need ``settle`` for the token's own reservations, or
+``settle_any`` for any (another token's, or one the project's code made: its ``token`` is
+empty); reading one needs ``read``, and sees the token's own (any, with ``settle_any``). A
+reservation the token may not touch is answered exactly as one that does not exist (404, the
+same message): the answer does not tell a client that another client's number is reserved.
+The recorded ``actor`` is the token (``token:<name> (<prefix>)``); the ``actor`` a client sends
+is kept beside it as the reservation's ``label``, never instead of it.
+
 As everywhere in the API: a bearer token allowed the sequence, JSON errors, a trailing slash
-taken, and a refused request consumes nothing: the body (ttl, actor, reason, the context) is
+taken, and a refused request consumes nothing: the body (ttl, actor, reason, the context) and
+the token's limits (its longest ttl, its open reservations, its values per second) are
 checked before a number is reserved, and a reservation that is unknown (404), expired or
 settled already (409) is left as it was. ``<number>`` is the number as issued (``/`` as it is
 or as ``%2F``); decimal digits that are no reservation's number are read as its value.
@@ -22,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest
 
@@ -37,47 +47,57 @@ from ..reservations import (
     get_reservation,
     reserve_number,
 )
+from .access import endpoint
 from .bodies import ids_as_strings, json_body, refuse_unknown_query
-from .plumbing import Payload, bad_request, endpoint, short
+from .limits import check_open_reservations, rates, ttl_for
+from .plumbing import Payload, bad_request, short
 from .views import check_context
+
+if TYPE_CHECKING:
+    from ..models import ApiToken
 
 #: The one query parameter these endpoints take.
 _IDS = frozenset({"ids"})
 
 #: Arguments of ``reserve_number()`` itself, which a context entry cannot be named.
-RESERVED_CONTEXT = frozenset({"name", "ttl", "actor", "using"})
+RESERVED_CONTEXT = frozenset({"name", "ttl", "actor", "using", "token", "label"})
 _DECIMAL = re.compile(r"-?[0-9]{1,20}\Z")
 
 
-@endpoint("POST", status=201)
-def reserve(request: HttpRequest, name: str) -> Payload:
+@endpoint("POST", needs=("reserve",), status=201)
+def reserve(request: HttpRequest, token: ApiToken, name: str) -> Payload:
     """Reserve the next number of strict sequence ``name`` (with ``voided="reuse"``, the lowest
-    voided or expired one first) for ``ttl`` seconds (default ``RESERVATION_TTL``)."""
+    voided or expired one first) for ``ttl`` seconds (default ``RESERVATION_TTL``, within the
+    token's ``max_ttl``), for ``token``."""
     refuse_unknown_query(request, _IDS, "ids (the rest goes in the JSON body)")
     body = json_body(request, ("ttl", "context", "actor", "ids"))
     as_strings = ids_as_strings(request, body)
-    ttl = _ttl(body)
-    actor = _text(body, "actor", MAX_ACTOR)
+    ttl = ttl_for(token, _ttl(body))
+    label = _text(body, "actor", MAX_ACTOR)
     context = _context(body)
     _check_strategy(name)
-    got = reserve_number(name, ttl=ttl, actor=actor or "", **context)
+    check_open_reservations(token)
+    with rates.taking(token, 1):
+        got = reserve_number(
+            name, ttl=ttl, actor=token.actor, token=token, label=label or "", **context
+        )
     return payload(got, as_strings)
 
 
-@endpoint("POST")
-def confirm(request: HttpRequest, name: str, number: str) -> Payload:
+@endpoint("POST", needs=("settle", "settle_any"))
+def confirm(request: HttpRequest, token: ApiToken, name: str, number: str) -> Payload:
     """Confirm reservation ``number`` of sequence ``name``: the number is used."""
     refuse_unknown_query(request, _IDS, "ids (the rest goes in the JSON body)")
     body = json_body(request, ("actor", "ids"))
     as_strings = ids_as_strings(request, body)
-    actor = _text(body, "actor", MAX_ACTOR)
-    found = _find(name, number)
-    found.confirm(actor=actor)
+    label = _text(body, "actor", MAX_ACTOR)
+    found = _find(name, number, token)
+    found.confirm(actor=token.actor, label=label or "")
     return payload(found, as_strings)
 
 
-@endpoint("POST")
-def void(request: HttpRequest, name: str, number: str) -> Payload:
+@endpoint("POST", needs=("settle", "settle_any"))
+def void(request: HttpRequest, token: ApiToken, name: str, number: str) -> Payload:
     """Void reservation ``number`` of sequence ``name``, saying why (``reason``, required)."""
     refuse_unknown_query(request, _IDS, "ids (the rest goes in the JSON body)")
     body = json_body(request, ("reason", "actor", "ids"))
@@ -88,18 +108,18 @@ def void(request: HttpRequest, name: str, number: str) -> Payload:
             'reason is required: say why the number is voided (e.g. {"reason": "order '
             'cancelled"}); the audit shows it.'
         )
-    actor = _text(body, "actor", MAX_ACTOR)
-    found = _find(name, number)
-    found.void(reason, actor=actor)
+    label = _text(body, "actor", MAX_ACTOR)
+    found = _find(name, number, token)
+    found.void(reason, actor=token.actor, label=label or "")
     return payload(found, as_strings)
 
 
-@endpoint("GET")
-def reservation(request: HttpRequest, name: str, number: str) -> Payload:
+@endpoint("GET", needs=("read",))
+def reservation(request: HttpRequest, token: ApiToken, name: str, number: str) -> Payload:
     """Reservation ``number`` of sequence ``name`` as it is now (``state`` says ``expired``
     for one still reserved past its ``expires_at``)."""
     refuse_unknown_query(request, _IDS, "ids (the rest goes in the JSON body)")
-    return payload(_find(name, number), ids_as_strings(request, {}))
+    return payload(_find(name, number, token), ids_as_strings(request, {}))
 
 
 def payload(r: Reservation, as_strings: bool) -> Payload:
@@ -114,6 +134,7 @@ def payload(r: Reservation, as_strings: bool) -> Payload:
         "reserved_at": r.reserved_at,
         "expires_at": r.expires_at,
         "actor": r.actor,
+        "label": r.label,
         "attempt": r.attempt,
     }
 
@@ -178,15 +199,18 @@ def _check_strategy(name: str) -> None:
         ) from None
 
 
-def _find(name: str, number: str) -> Reservation:
-    """The reservation of ``number`` (as issued), else of the value its decimal digits say."""
+def _find(name: str, number: str, token: ApiToken) -> Reservation:
+    """The reservation of ``number`` (as issued), else of the value its decimal digits say,
+    among those ``token`` may touch: its own, or any with ``settle_any``. Another one is not
+    found, with the words of one that does not exist (module docstring)."""
     if "\x00" in number:  # no number holds one (and PostgreSQL could not compare it)
         raise ReservationNotFound(
             f"Sequence {name!r} has no reservation of {number!r}.", field="number"
         )
+    owner = None if token.may("settle_any") else token
     try:
-        return get_reservation(name, number)
+        return get_reservation(name, number, token=owner)
     except ReservationNotFound:
         if not _DECIMAL.match(number):
             raise
-        return get_reservation(name, int(number))
+        return get_reservation(name, int(number), token=owner)

@@ -42,21 +42,25 @@ def errors(*statuses: int) -> Doc:
     return {str(s): ref("responses", ERROR_RESPONSES[s][0]) for s in statuses}
 
 
-#: The statuses every operation of a sequence may answer besides its own.
-COMMON = (400, 401, 403, 404, 405, 500, 503)
+#: The statuses every operation of a sequence may answer besides its own (429: the token's
+#: requests per second).
+COMMON = (400, 401, 403, 404, 405, 429, 500, 503)
 #: ... and those of an operation that issues.
-ISSUING = (*COMMON, 409, 411, 429)
+ISSUING = (*COMMON, 409, 411)
 
 #: status -> (component name, description, error codes, extra headers required).
 ERROR_RESPONSES: dict[int, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
     400: (
         "BadRequest",
-        "The request is malformed: the body is not a JSON object in UTF-8, nests too deeply, "
-        "is too big or broke off, or has a field twice, an unknown field or a 41-digit "
-        "integer; too many query parameters; count out of range; a bad key; a context the "
-        "template refuses; numbers of a sequence without a template; an ids other than number or "
-        "string; explain of a text that is neither a number of the template nor an integer "
-        "value, or of a value of a sequence whose values have no parts.",
+        "The request is malformed: the body is not a JSON object in UTF-8, is larger than "
+        "64 KiB (refused before it is read), holds more than 1000 values, nests too deeply, "
+        "broke off, or has a field twice, an unknown field or a 41-digit integer; too many "
+        "query parameters, or a dotted one nesting more than 8 levels; count out of range, or "
+        "more than the token's values per second; a ttl above the token's max_ttl; a bad key; "
+        "a context the template refuses; numbers of a sequence without a template; an ids "
+        "other than number or string; explain of a text that is neither a number of the "
+        "template nor an integer value, or of a value of a sequence whose values have no "
+        "parts.",
         ("bad_request",),
         (),
     ),
@@ -68,15 +72,18 @@ ERROR_RESPONSES: dict[int, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = 
     ),
     403: (
         "Forbidden",
-        "An unknown or deactivated token, or one not allowed this sequence (code forbidden, "
-        "checked before the sequence is looked up); or a plugin refused to issue (code "
-        "rejected).",
+        "An unknown or deactivated token, one not allowed this sequence, or one without the "
+        "operation the endpoint needs (issue, reserve, settle or settle_any, read, status) "
+        "(code forbidden, checked before the sequence is looked up; the message names neither "
+        "the token nor its other sequences); or a plugin refused to issue (code rejected).",
         ("forbidden", "rejected"),
         (),
     ),
     404: (
         "NotFound",
-        "No sequence of this name (or a name that cannot be one), or no endpoint at this URL.",
+        "No sequence of this name (or a name that cannot be one), no endpoint at this URL, or "
+        "no reservation of this number that the token may touch (another token's is answered "
+        "as one that does not exist).",
         ("not_found",),
         (),
     ),
@@ -92,8 +99,10 @@ ERROR_RESPONSES: dict[int, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = 
         "The sequence reached its max_value and does not cycle, or fewer values are left than "
         "asked for (nothing was issued), or a number overflowed its fixed width (its value is "
         "a gap): code exhausted. A reservation past its expires_at (code expired) or settled "
-        "already, confirmed, voided or taken over by a reuse (code settled): nothing changed.",
-        ("exhausted", "expired", "settled"),
+        "already, confirmed, voided or taken over by a reuse (code settled): nothing changed. "
+        "The token holds as many open reservations as it may (code too_many_open): nothing "
+        "was reserved.",
+        ("exhausted", "expired", "settled", "too_many_open"),
         (),
     ),
     411: (
@@ -105,8 +114,9 @@ ERROR_RESPONSES: dict[int, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = 
     ),
     429: (
         "RateLimited",
-        "A hard rate limit (the timestamp strategy's per-second limit); retry after Retry-After "
-        "seconds.",
+        "The token's requests per second or values per second (HTTP_TOKEN_LIMITS, or its own), "
+        "or a hard rate limit of the sequence (the timestamp strategy's per-second limit): "
+        "nothing was issued. Retry after Retry-After seconds.",
         ("rate_limited",),
         ("Retry-After",),
     ),
@@ -194,7 +204,16 @@ RESERVATION_FIELDS: Doc = {
         "description": "Past it an unsettled reservation is expired: confirm and void refuse "
         "it (409 expired).",
     },
-    "actor": {"type": "string", "description": "Who reserved it ('' when not said)."},
+    "actor": {
+        "type": "string",
+        "description": "Who did its last step, as the server knows it: the token "
+        "(token:<name> (<prefix>)), or what the project's code said.",
+    },
+    "label": {
+        "type": "string",
+        "description": "What the client said it was ('actor' in its request; '' when not "
+        "said), kept beside actor, never instead of it.",
+    },
     "attempt": {
         "type": "integer",
         "minimum": 1,
@@ -334,7 +353,8 @@ def schemas(max_count: int) -> Doc:
         "Status": {
             "type": "object",
             "description": "What the answering process knows of the sequence; host and pid "
-            "say which process (each worker has its own ranges and counters).",
+            "say which process (each worker has its own ranges and counters). Only for a token "
+            "with the status operation.",
             "required": list(STATUS_FIELDS),
             "additionalProperties": False,
             "properties": STATUS_FIELDS,

@@ -18,10 +18,11 @@ Each endpoint also takes a trailing slash; any other URL under the prefix is a J
 ``handler400`` … ``handler500`` answer, as JSON under the prefix, what Django refuses before any
 view runs (a malformed Host header), once the root URLconf points at them.
 
-Every request needs a bearer token allowed the sequence (``plumbing.py``). Everything a request
-asks for is checked before anything is issued, so a refused request consumes no value: the
-count, the sub-key, and for numbers the context, rendered against the template with no value
-first. What can still fail after a value was taken is what fails the same way in Python (a
+Every request needs a bearer token allowed the sequence and the endpoint's operation
+(``access.py``), within its limits (``limits.py``). Everything a request asks for is checked
+before anything is issued, so a refused request consumes no value: the count, the sub-key, the
+token's values per second, and for numbers the context, rendered against the template with no
+value first. What can still fail after a value was taken is what fails the same way in Python (a
 fixed-width ``{seq:05}`` that overflows: 409, the value becomes a gap).
 
 ``ids=string`` (query or body) writes the values of an answer as decimal strings, for
@@ -34,7 +35,7 @@ import os
 import re
 import socket
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
@@ -47,11 +48,12 @@ from ..api import decode
 from ..exceptions import InvalidKey
 from ..formats.context import ContextKeyConflict, put_dotted
 from . import openapi as openapi_document
+from .access import endpoint
 from .bodies import count_of, has_query, ids_as_strings, json_body, refuse_unknown_query
+from .limits import rates
 from .plumbing import (
     Payload,
     bad_request,
-    endpoint,
     error_response,
     json_response,
     message_for,
@@ -67,9 +69,12 @@ RESERVED_CONTEXT = frozenset({"name", "count", "using"})
 MAX_CONTEXT_DEPTH = 8
 _VALUE_RE = re.compile(r"-?[0-9]{1,20}\Z")
 
+if TYPE_CHECKING:
+    from ..models import ApiToken
 
-@endpoint("POST")
-def values(request: HttpRequest, name: str) -> Payload:
+
+@endpoint("POST", needs=("issue",))
+def values(request: HttpRequest, token: ApiToken, name: str) -> Payload:
     """Issue ``count`` values (default 1) of sequence ``name``, optionally for a sub-key
     (sharded sequences). ``first`` and ``last`` are there when the values are contiguous (a
     sharded sequence's step by the number of shards)."""
@@ -96,7 +101,8 @@ def values(request: HttpRequest, name: str) -> Payload:
             f"key must be 1 to {MAX_KEY_LENGTH} characters; got {len(key)}: {short(key)}."
         )
     try:
-        got = next_values(name, count, key=key)
+        with rates.taking(token, count):
+            got = next_values(name, count, key=key)
     except InvalidKey:
         if key is None:
             raise
@@ -114,8 +120,8 @@ def values(request: HttpRequest, name: str) -> Payload:
     return answer
 
 
-@endpoint("POST")
-def numbers(request: HttpRequest, name: str) -> Payload:
+@endpoint("POST", needs=("issue",))
+def numbers(request: HttpRequest, token: ApiToken, name: str) -> Payload:
     """Issue ``count`` numbers (default 1) of sequence ``name``. The context that ``{ctx.NAME}``
     parts read is the query string's parameters other than ``count`` (``a.b=x`` nests), with
     the body's ``context`` object over them."""
@@ -129,7 +135,8 @@ def numbers(request: HttpRequest, name: str) -> Payload:
         )
     try:
         # a missing or malformed context entry is refused before a value is taken (I10)
-        got = next_numbers(name, count, **context)
+        with rates.taking(token, count):
+            got = next_numbers(name, count, **context)
     except InvalidKey as exc:
         needs = "" if context else f"Sequence {name!r} needs a context for its numbers. "
         raise bad_request(
@@ -139,11 +146,12 @@ def numbers(request: HttpRequest, name: str) -> Payload:
     return {"sequence": name, "count": len(got), "numbers": got}
 
 
-@endpoint("GET")
-def explain(request: HttpRequest, name: str, value: str) -> Payload:
+@endpoint("GET", needs=("read",))
+def explain(request: HttpRequest, token: ApiToken, name: str, value: str) -> Payload:
     """The parts of ``value``: a value of sequence ``name`` (snowflake, timestamp …) or, for a
     sequence with a template, one of its numbers (``api.explain`` reads the text as a number
-    first, then as a value)."""
+    first, then as a value). Needs ``read``: its answers, and its refusals (which say where a
+    text stops matching the template), show how the sequence's numbers are made."""
     refuse_unknown_query(request, frozenset({"ids"}), "ids")
     as_strings = ids_as_strings(request, {})
     if not registry.spec(name, None).template:
@@ -185,10 +193,11 @@ def _ids(parts: Payload, as_strings: bool) -> Payload:
     return out
 
 
-@endpoint("GET")
-def status(request: HttpRequest, name: str) -> Payload:
+@endpoint("GET", needs=("status",))
+def status(request: HttpRequest, token: ApiToken, name: str) -> Payload:
     """What the process that answers knows of sequence ``name`` (``pid`` and ``host`` say
-    which process: each gunicorn worker has its own ranges and counters)."""
+    which process: each gunicorn worker has its own ranges and counters). Needs ``status``,
+    which new tokens do not have: the hosts and pids are the server's, not the client's."""
     fields = asdict(get_sequence(name).status())
     fields.pop("name")
     return {"sequence": name, "host": socket.gethostname(), "pid": os.getpid(), **fields}
@@ -280,6 +289,11 @@ def context_of(request: HttpRequest, body: Payload) -> dict[str, Any]:
     for key, value in request.GET.items() if has_query(request) else ():
         if key == "count":
             continue
+        if key.count(".") >= MAX_CONTEXT_DEPTH:  # before put_dotted builds a level for each
+            raise bad_request(
+                f"Query parameter {short(key)} nests deeper than {MAX_CONTEXT_DEPTH} levels "
+                f"(a context nests at most that deep)."
+            )
         try:
             put_dotted(context, key, value)
         except ContextKeyConflict as exc:

@@ -38,7 +38,7 @@ class Migration(migrations.Migration):
             field=models.JSONField(
                 blank=True,
                 default=django_sequences.tokens.default_token_operations,
-                help_text="What it may do with its sequences: issue, reserve, settle (its own reservations), settle_any, read (explain numbers, read reservations), status.",
+                help_text="What it may do with its sequences: issue (values, numbers), reserve, settle (confirm or void its own reservations), settle_any (any reservation, also one made by the project's code), read (explain, read its reservations), status (hosts and pids of the processes).",
                 verbose_name="operations",
             ),
         ),

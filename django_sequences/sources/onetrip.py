@@ -100,8 +100,8 @@ def _insert_parts(
 ) -> tuple[str, str]:
     """The column list and the value expressions of an INSERT of every concrete field of model
     ``meta`` but its key: the SQL ``sql_for[name]`` where there is one, else a parameter,
-    ``given[name]`` (the field's default when not given) prepared for ``w``, appended to
-    ``params``."""
+    ``given[name]`` (or ``given[attname]``: ``token_id`` for a foreign key ``token``; the
+    field's default when neither is given) prepared for ``w``, appended to ``params``."""
     columns, exprs = [], []
     for f in meta.local_concrete_fields:
         if f.primary_key:
@@ -111,7 +111,8 @@ def _insert_parts(
             exprs.append(sql_for[f.name])
         else:
             exprs.append("%s")
-            value = given[f.name] if f.name in given else f.get_default()
+            name = f.name if f.name in given else f.attname
+            value = given[name] if name in given else f.get_default()
             params.append(f.get_db_prep_save(value, connection=w))
     return ", ".join(columns), ", ".join(exprs)
 

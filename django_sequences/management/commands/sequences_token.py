@@ -1,5 +1,6 @@
-"""``manage.py sequences_token NAME --sequences a,b [--json]``: make a bearer token of the JSON
-HTTP API (docs/http.md) and print it, the one time it can be seen."""
+"""``manage.py sequences_token NAME --sequences a,b [--operations issue,read] [--values-per-second
+N] [--requests-per-second N] [--open-reservations N] [--max-ttl SECONDS] [--json]``: make a
+bearer token of the JSON HTTP API (docs/http.md) and print it, the one time it can be seen."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.core.management.base import CommandError, CommandParser
 from ...core.validation import check_name
 from ...exceptions import InvalidName
 from ...models import ApiToken, Sequence
+from ...tokens import DEFAULT_TOKEN_OPERATIONS, TOKEN_OPERATIONS
 from ..base import SequenceCommand
 
 #: ``ApiToken.name``'s max_length.
@@ -23,15 +25,24 @@ class Command(SequenceCommand):
     )
 
     SHOWN_ONCE = (
-        "Token {prefix}… ({name}) for {sequences}. Copy it now: only its SHA-256 is stored, "
-        "it cannot be shown again."
+        "Token {prefix}… ({name}) for {sequences}, to {operations}. Copy it now: only its "
+        "SHA-256 is stored, it cannot be shown again."
     )
     NOT_DEFINED = "warning: no sequence named {name!r} yet; the token will work once it exists"
     NO_SEQUENCES = "--sequences names no sequence; give names separated by commas, or '*' for all"
     BAD_NAME = "--sequences: {error}"
     BAD_TOKEN_NAME = "NAME must be 1 to {limit} characters; got {length}"
     database_help = None
-    json_help = "print one JSON object (id, name, prefix, sequences, token) instead"
+    json_help = (
+        "print one JSON object (id, name, prefix, sequences, operations, the limits, token) instead"
+    )
+    #: The limit options -> ApiToken's fields (unset: the HTTP_TOKEN_LIMITS setting's value).
+    LIMIT_OPTIONS = {
+        "values_per_second": ("--values-per-second", "values it may take a second"),
+        "requests_per_second": ("--requests-per-second", "requests it may make a second"),
+        "max_open_reservations": ("--open-reservations", "reservations it may hold open"),
+        "max_ttl": ("--max-ttl", "the longest reservation it may ask for, in seconds"),
+    }
 
     def add_own_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", metavar="NAME", help="who or what uses the token")
@@ -41,6 +52,22 @@ class Command(SequenceCommand):
             metavar="SEQ,...",
             help="the sequences the token may use, separated by commas; '*' for all",
         )
+        parser.add_argument(
+            "--operations",
+            default=",".join(DEFAULT_TOKEN_OPERATIONS),
+            metavar="OP,...",
+            help=f"what it may do with them, separated by commas, of {', '.join(TOKEN_OPERATIONS)}"
+            f" (default: {','.join(DEFAULT_TOKEN_OPERATIONS)})",
+        )
+        for field, (flag, what) in self.LIMIT_OPTIONS.items():
+            parser.add_argument(
+                flag,
+                dest=field,
+                type=int,
+                default=None,
+                metavar="N",
+                help=f"{what} (default: DJANGO_SEQUENCES['HTTP_TOKEN_LIMITS'])",
+            )
 
     def run(self, options: dict[str, Any]) -> None:
         name = options["name"].strip()
@@ -58,7 +85,10 @@ class Command(SequenceCommand):
             except InvalidName as exc:
                 raise CommandError(self.BAD_NAME.format(error=exc)) from exc
         known = set(Sequence.objects.filter(name__in=sequences).values_list("name", flat=True))
-        row, token = ApiToken.create_token(name, sequences)
+        operations = [op.strip() for op in options["operations"].split(",")]
+        limits = {field: options.get(field) for field in self.LIMIT_OPTIONS}
+        # an unknown operation or a limit below 1: InvalidToken, a CommandError, nothing made
+        row, token = ApiToken.create_token(name, sequences, operations=operations, **limits)
         for seq in sequences:
             if seq != "*" and seq not in known:
                 self.stderr.write(self.NOT_DEFINED.format(name=seq))
@@ -68,6 +98,8 @@ class Command(SequenceCommand):
                 "name": row.name,
                 "prefix": row.prefix,
                 "sequences": row.sequences,
+                "operations": row.operations,
+                **{field: getattr(row, field) for field in self.LIMIT_OPTIONS},
                 "token": token,
             }
             self.write_json(data)
@@ -76,6 +108,9 @@ class Command(SequenceCommand):
         self.stdout.write(token)
         self.stderr.write(
             self.SHOWN_ONCE.format(
-                prefix=row.prefix, name=row.name, sequences=", ".join(row.sequences)
+                prefix=row.prefix,
+                name=row.name,
+                sequences=", ".join(row.sequences),
+                operations=", ".join(row.operations),
             )
         )
