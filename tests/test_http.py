@@ -9,21 +9,17 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.client import HTTPConnection
 from io import StringIO
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
-from django.db import OperationalError, connection, connections
+from django.db import OperationalError, connections
 from django.test import Client, override_settings
 from django.utils import timezone
 
@@ -46,6 +42,7 @@ from django_sequences.models import ApiToken, Sequence
 from django_sequences.tokens import TOKEN_OPERATIONS
 
 from .conftest import run_threads
+from .servers import serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -612,7 +609,9 @@ def test_concurrent_clients_get_every_value_once() -> None:
     Sequence.objects.define("c.number", strategy="strict", template="N{seq:07}")
     Sequence.objects.define("c.segment", step=50)
     # 600 requests at once: limits far above them (the tests of limits are below)
-    _, token = make_token("c.strict", "c.number", "c.segment", requests_per_second=10**6)
+    _, token = make_token(
+        "c.strict", "c.number", "c.segment", requests_per_second=10**6, values_per_second=10**6
+    )
     threads, rounds = 8, 25
     strict: list[int] = []
     segment: list[int] = []
@@ -810,53 +809,12 @@ def test_a_chunked_body_under_asgi_is_read_and_capped(api: Client) -> None:
     assert next_value("order") == 6
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def gunicorn() -> Iterator[str]:
-    """A gunicorn (1 gthread worker) serving the test project on this run's test database, on
-    a free loopback port: its ``host:port``. Stopped (SIGTERM, then SIGKILL) afterwards."""
-    exe = Path(sys.executable).with_name("gunicorn")
-    if not exe.exists():
-        pytest.skip("gunicorn is not installed (the 'dev' extra has it)")
-    port = free_port()
-    env = {**os.environ, "DJANGO_SEQUENCES_TEST_DB": connection.settings_dict["NAME"]}
-    root = Path(__file__).resolve().parent.parent
-    args = [str(exe), "-b", f"127.0.0.1:{port}", "-w", "1", "-k", "gthread", "-t", "30"]
-    proc = subprocess.Popen(
-        [*args, "tests.wsgi_app:application"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    _, err = proc.communicate()
-                    raise AssertionError(
-                        f"gunicorn did not start: {err.decode()[-2000:]}"
-                    ) from None
-                time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """A gunicorn (1 gthread worker) serving the test project on this run's test database: its
+    ``host:port``."""
+    with serving() as where:
+        yield where
 
 
 def test_regression_chunked_body_was_silently_ignored_under_gunicorn(gunicorn: str) -> None:

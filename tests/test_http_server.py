@@ -6,74 +6,28 @@ holds across the workers (docs/http.md, "Reservations belong to their token", "L
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from http.client import HTTPConnection
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from django_sequences.models import ApiToken, Reservation, ReservationEvent, Sequence
 
 from .conftest import run_threads
+from .servers import serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
     """gunicorn with two sync workers on a free loopback port: its ``host:port``."""
-    exe = Path(sys.executable).with_name("gunicorn")
-    if not exe.exists():
-        pytest.skip("gunicorn is not installed (the 'dev' extra has it)")
-    port = free_port()
-    env = {**os.environ, "DJANGO_SEQUENCES_TEST_DB": connection.settings_dict["NAME"]}
-    root = Path(__file__).resolve().parent.parent
-    args = [str(exe), "-b", f"127.0.0.1:{port}", "-w", "2", "-k", "sync", "-t", "30"]
-    proc = subprocess.Popen(
-        [*args, "tests.wsgi_app:application"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    _, err = proc.communicate()
-                    raise AssertionError(
-                        f"gunicorn did not start: {err.decode()[-3000:]}"
-                    ) from None
-                time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with serving(workers=2, worker_class="sync") as where:
+        yield where
 
 
 class Api:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ from django_sequences.exceptions import SequenceExhausted
 from django_sequences.models import ApiToken, Sequence
 from django_sequences.ops import metrics
 from django_sequences.sources import rows
+
+from .servers import free_port, start_gunicorn, stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -307,41 +308,19 @@ def test_check_says_how_to_install_prometheus_client(monkeypatch: pytest.MonkeyP
 # --- a real gunicorn, two workers, multiprocess mode -------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def start_gunicorn(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    exe = Path(sys.executable).with_name("gunicorn")
-    root = Path(__file__).resolve().parent.parent
-    args = [str(exe), "-b", f"127.0.0.1:{port}", "-w", "2", "-k", "sync", "-t", "30"]
-    proc = subprocess.Popen(
-        [*args, "tests.metrics_app:application"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+def start_metrics_gunicorn(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return start_gunicorn(
+        port, env, app="tests.metrics_app:application", workers=2, worker_class="sync"
     )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                _, err = proc.communicate()
-                raise AssertionError(f"gunicorn did not start: {err.decode()[-3000:]}") from None
-            time.sleep(0.1)
 
 
 def test_gunicorn_two_workers_scrape_sums_exactly(tmp_path: Path) -> None:
     Sequence.objects.define("met.web", step=50)
     Sequence.objects.define("met.web2", step=1000, max_value=10_000)
-    _, token = ApiToken.create_token("met", ["met.web", "met.web2"])
+    # up to 2,000 requests as fast as they go: no rate limit in the way
+    _, token = ApiToken.create_token(
+        "met", ["met.web", "met.web2"], requests_per_second=10**6, values_per_second=10**6
+    )
     prom_dir = tmp_path / "prom"
     prom_dir.mkdir()
     port = free_port()
@@ -350,7 +329,7 @@ def test_gunicorn_two_workers_scrape_sums_exactly(tmp_path: Path) -> None:
         "DJANGO_SEQUENCES_TEST_DB": connection.settings_dict["NAME"],
         "PROMETHEUS_MULTIPROC_DIR": str(prom_dir),
     }
-    proc = start_gunicorn(port, env)
+    proc = start_metrics_gunicorn(port, env)
     try:
 
         def call(method: str, url: str, body: object = None) -> tuple[int, str, bytes]:
@@ -402,9 +381,4 @@ def test_gunicorn_two_workers_scrape_sums_exactly(tmp_path: Path) -> None:
         assert value(s, "django_sequences_capacity_runway_seconds", sequence="met.web2") is not None
         assert len(list(prom_dir.iterdir())) >= 2  # each worker wrote its own files
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)

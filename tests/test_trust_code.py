@@ -10,13 +10,10 @@ socket). The end-to-end test logs in to a real gunicorn as staff users over HTTP
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar
@@ -50,6 +47,8 @@ from django_sequences.exceptions import (
 from django_sequences.formats.template import compile
 from django_sequences.models import Segment, Sequence
 from django_sequences.strategies import names as strategy_names
+
+from .servers import serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -632,51 +631,12 @@ def test_a_database_from_before_the_registries_keeps_its_numbers_once_the_part_i
 # --- end to end: a real server, staff users logged in over HTTP ---------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def server() -> Iterator[str]:
     """A gunicorn (1 gthread worker) serving the test project on this run's test database:
-    its base URL. Stopped (SIGTERM, then SIGKILL) afterwards."""
-    exe = Path(sys.executable).with_name("gunicorn")
-    port = free_port()
-    env = {**os.environ, "DJANGO_SEQUENCES_TEST_DB": connection.settings_dict["NAME"]}
-    root = Path(__file__).resolve().parent.parent
-    args = [str(exe), "-b", f"127.0.0.1:{port}", "-w", "1", "-k", "gthread", "-t", "30"]
-    proc = subprocess.Popen(
-        [*args, "tests.wsgi_app:application"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    _, err = proc.communicate()
-                    raise AssertionError(
-                        f"gunicorn did not start: {err.decode()[-2000:]}"
-                    ) from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    its base URL."""
+    with serving() as where:
+        yield f"http://{where}"
 
 
 class Browser:
