@@ -31,6 +31,7 @@ from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
 from .exceptions import InvalidDefinition, SequenceNotFound
 from .formats import keys as row_keys
 from .formats.obfuscation import new_salt
+from .sources.callers import in_own_transaction
 from .sources.connections import insert, on_private, resolve_alias, select
 from .sources.rows import marked_salt, row_for
 from .strategies import strategy_for, validate
@@ -257,31 +258,21 @@ def define(
     alias = resolve_alias(using)
     seq = objects.model(name=name, **{f: getattr(spec, f) for f in SEQUENCE_FIELDS})
 
-    def write(w: BaseDatabaseWrapper) -> bool:
-        """Insert the definition and its row in one transaction; False if it exists."""
+    def write(w: BaseDatabaseWrapper) -> None:
+        """Insert the definition and its row (in one transaction: ``in_own_transaction``)."""
         seq.pk = None  # a retry after a lost connection starts over
-        w.set_autocommit(False)
-        try:
-            seq.key_salt = marked_salt(w, name, new_salt())
-            insert(w, seq)
-            insert(w, row_for(_model("Segment"), w, seq, name))
-            w.commit()
-            return True
-        except IntegrityError:
-            w.rollback()
-            return False
-        except BaseException:
-            w.rollback()
-            raise
-        finally:
-            w.set_autocommit(True)
+        seq.key_salt = marked_salt(w, name, new_salt())
+        insert(w, seq)
+        insert(w, row_for(_model("Segment"), w, seq, name))
 
-    if not on_private(alias, name, write):
+    try:
+        in_own_transaction(alias, name, write)
+    except IntegrityError:  # it exists
         if not exist_ok:
             raise InvalidDefinition(
                 f"A sequence named {name!r} exists already; pass exist_ok=True to reuse "
                 f"it, or pick another name."
-            )
+            ) from None
         return objects.using(alias).get(name=name)
     seq._state.adding = False
     seq._state.db = alias

@@ -27,7 +27,12 @@ INSTALLED_APPS = [
 USE_TZ = True
 DATABASES = {{"default": {database}}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-DJANGO_SEQUENCES = {{"SEQUENCES": {{"shop.order": {{"step": 10, "template": "SO{{seq:05}}"}}}}}}
+DJANGO_SEQUENCES = {{
+    "SEQUENCES": {{
+        "shop.order": {{"step": 10, "template": "SO{{seq:05}}"}},
+        "shop.note": {{"template": "N{{seq:04}}"}},
+    }}
+}}
 """
 
 MODELS = """
@@ -130,6 +135,18 @@ class Migrated(TestCase):
         )
 
 
+class InATestCase(TestCase):
+    # the test's own transaction holds SQLite's in-memory test database: the declared sequence
+    # is made, and its numbers taken, inside it ("database table is locked" before)
+    def test_save_the_customer_then_take_a_number(self):
+        from django.contrib.auth.models import User
+
+        with transaction.atomic():
+            User.objects.create(username="ann")
+            numbers = [next_number("shop.note") for _ in range(3)]
+        self.assertEqual(numbers, ["N0001", "N0002", "N0003"])
+
+
 class Plain(TestCase):
     def test_nothing_of_the_app(self):
         self.assertEqual(1 + 1, 2)
@@ -214,7 +231,7 @@ def test_the_projects_own_test_run_passes_and_drops_its_databases(
     )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
-    assert "Ran 6 tests" in text and "OK" in text, text
+    assert "Ran 7 tests" in text and "OK" in text, text
     assert "being accessed by other users" not in text, text
     if connection.vendor != "sqlite":
         assert _databases_named(test_name) == [], text

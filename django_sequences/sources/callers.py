@@ -6,9 +6,15 @@ than that the database failed."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from typing import TypeVar
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+from .connections import on_private
+
+_T = TypeVar("_T")
 
 
 def joins_callers_transaction(alias: str) -> bool:
@@ -23,6 +29,44 @@ def joins_callers_transaction(alias: str) -> bool:
     taken there is cached for anyone else."""
     w = connections[alias]
     return w.vendor == "sqlite" and w.in_atomic_block
+
+
+def in_own_transaction(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
+    """Run ``fn(w)`` in one transaction of its own on the private connection of ``alias``,
+    committed at once; or, on SQLite inside the caller's transaction
+    (:func:`joins_callers_transaction`), in a savepoint of that transaction, whose lock the
+    private connection would wait for: what ``fn`` wrote is then the caller's, committed or
+    rolled back with it (a definition made inside a ``TestCase`` goes with the test). An
+    exception of ``fn`` rolls back what it wrote and is raised (``IntegrityError`` as it is:
+    the caller tells "exists already" by it)."""
+    if joins_callers_transaction(alias):
+        with transaction.atomic(using=alias):
+            return fn(connections[alias])
+
+    def run(w: BaseDatabaseWrapper) -> _T | _Refused:
+        w.set_autocommit(False)
+        try:
+            found = fn(w)
+            w.commit()
+            return found
+        except IntegrityError as exc:  # not a failed connection: on_private must not retry
+            w.rollback()
+            return _Refused(exc)
+        except BaseException:
+            w.rollback()
+            raise
+        finally:
+            w.set_autocommit(True)
+
+    got = on_private(alias, key, run)
+    if isinstance(got, _Refused):
+        raise got.error
+    return got
+
+
+class _Refused:
+    def __init__(self, error: IntegrityError) -> None:
+        self.error = error
 
 
 def in_callers_transaction(w: BaseDatabaseWrapper) -> bool:

@@ -133,6 +133,8 @@ def increment_unless_locked(
         raw.execute("PRAGMA busy_timeout = 0")
         try:
             return _increment_on(model, w, key, count, name, True)
+        except SequenceNotFound:
+            return None  # made in the caller's transaction, not committed yet: it is there
         except DatabaseError as exc:
             if "locked" in str(exc):
                 return None
