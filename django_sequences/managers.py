@@ -13,13 +13,15 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import models
+from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .conf import SEQUENCE_FIELDS
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX
+from .exceptions import BackendUnavailable
 from .sources import rowedits, rows
+from .sources.callers import joins_callers_transaction
 from .sources.connections import on_private, resolve_alias, select
 
 if TYPE_CHECKING:
@@ -29,11 +31,24 @@ if TYPE_CHECKING:
 class SequenceManager(models.Manager[Any]):
     def spec(self, name: str, *, using: str | None = None) -> SequenceSpec | None:
         """The committed definition of ``name``, or None; read on the private connection
-        (outside the caller's transaction, and safe in a forked child)."""
+        (outside the caller's transaction, and safe in a forked child). On SQLite inside the
+        caller's transaction, one the private connection does not see (or cannot read: the
+        caller holds the table) is read in the caller's transaction, where definitions are made
+        there (``sources.callers.in_own_transaction``)."""
         alias = resolve_alias(using)
         qs = self.model.objects.filter(name=name)
         qs = qs.values_list("name", *SEQUENCE_FIELDS, "key_salt")
-        found = on_private(alias, name, lambda w: select(w, qs))
+        try:
+            found = on_private(alias, name, lambda w: select(w, qs))
+        except BackendUnavailable:
+            if not joins_callers_transaction(alias):
+                raise
+            found = []  # SQLite's shared-cache test database: the caller holds the table
+        if not found and joins_callers_transaction(alias):
+            # made inside the caller's transaction (not committed yet): read it there (a read
+            # there first would hold SQLite's read lock, which keeps the private connection
+            # from committing until the caller's transaction ends)
+            found = select(connections[alias], qs)
         if not found:
             return None
         stored, strategy, step, lo, hi, cycle, template, options, reset, voided, salt = found[0]

@@ -329,6 +329,8 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
                 built.raw,
                 built.chain,
             )
+            if built.provisional:  # (registry.Build.provisional)
+                return found
             _issuers[(using, name, template)] = found
             if template is None:
                 _by_alias.setdefault(using, {})[name] = found

@@ -24,6 +24,7 @@ from .core.base import IdGenerator, Issuing, SequenceSpec
 from .core.plugins import PluggedGenerator
 from .core.validation import check_name, check_using
 from .exceptions import SequenceError, SequenceNotFound
+from .sources.callers import committed_definition, joins_callers_transaction
 from .sources.connections import resolve_alias
 from .strategies import validate
 
@@ -43,6 +44,10 @@ class Build:
     raw: Issuing
     generator: Issuing
     chain: Chain | None
+    provisional: bool = False
+    """Built from a definition that only the caller's open transaction holds (SQLite: made
+    inside it, ``sources.callers.in_own_transaction``): not kept, since a rollback (the end of
+    a ``TestCase``) takes the definition away; built again at the next call."""
 
 
 _generators: dict[str | None, dict[str, Issuing]] = {None: {}}
@@ -58,20 +63,26 @@ def get(name: str, using: str | None) -> Issuing:
         pass
     check_name(name)
     check_using(using)
+    return _get_build(name, using).generator
 
+
+def _get_build(name: str, using: str | None) -> Build:
     forking.on_fork(_new_locks_in_child)
     with _build_lock:
-        by_name = _generators.setdefault(using, {})
-        found = by_name.get(name)
+        found = _built.get((using, name))
         if found is not None:
             return found
         spec, strategy, built = _build(name, using)
         raw = _issuing(built)
         hooks = chain(name)
         gen: Issuing = raw if hooks is None else PluggedGenerator(raw, hooks, using=using)
-        _built[(using, name)] = Build(spec, strategy, raw, gen, hooks)
-        by_name[name] = gen
-        return gen
+        alias = resolve_alias(using)
+        provisional = joins_callers_transaction(alias) and not committed_definition(alias, name)
+        made = Build(spec, strategy, raw, gen, hooks, provisional)
+        if not provisional:
+            _built[(using, name)] = made
+            _generators.setdefault(using, {})[name] = gen
+        return made
 
 
 class _Plain:
@@ -103,8 +114,9 @@ def build(name: str, using: str | None) -> Build:
     the definition, the strategy and the generator together (``numbers.issuer``)."""
     found = _built.get((using, name))
     if found is None:
-        get(name, using)
-        found = _built[(using, name)]
+        check_name(name)
+        check_using(using)
+        found = _get_build(name, using)
     return found
 
 

@@ -70,7 +70,7 @@ from .prefetch import Prefetcher, default_prefetcher
 #: own step. It commits on its own and raises a django_sequences error on failure.
 LeaseFn = Callable[[int | None], tuple[int, int]]
 
-_NEVER = 1 << 200  # a trigger no value reaches
+NO_TRIGGER = _NEVER = 1 << 200  # a trigger no value reaches
 
 #: Whether ``next()`` of a range iterator is atomic here (CPython with the GIL), so the fast
 #: path may hand out values without the lock. A free-threaded build keeps every value under it.

@@ -9,10 +9,11 @@ import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
 
+from django.apps import apps
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .connections import on_private
+from .connections import lease_connection, on_private
 
 _T = TypeVar("_T")
 
@@ -67,6 +68,27 @@ def in_own_transaction(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper],
 class _Refused:
     def __init__(self, error: IntegrityError) -> None:
         self.error = error
+
+
+def committed_definition(alias: str, name: str) -> bool:
+    """Whether the definition ``name`` on ``alias`` is committed: the private connection sees
+    it. False when it cannot look now (another thread holds that connection, or the caller's
+    transaction holds the tables: SQLite's shared-cache test database)."""
+    with lease_connection(alias).use_if_free() as w:
+        if w is None:
+            return False
+        table = w.ops.quote_name(_definitions_table())
+        try:
+            with w.cursor() as c:
+                c.execute(f"SELECT 1 FROM {table} WHERE name = %s", [name])
+                return c.fetchone() is not None
+        except DatabaseError:
+            return False
+
+
+def _definitions_table() -> str:
+    # the model by name: the stores import no model (the app registry is ready by now)
+    return str(apps.get_model("django_sequences", "Sequence")._meta.db_table)
 
 
 def in_callers_transaction(w: BaseDatabaseWrapper) -> bool:
