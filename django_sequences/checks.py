@@ -139,13 +139,8 @@ def check_capacity(
     # function-level: ops.capacity imports the models, which load after this module
     from .ops.capacity import compute
 
-    if not databases:
-        return []
-    try:
-        alias = resolve_alias(None)
-    except ConfigurationError:
-        return []  # the settings checks say what is wrong
-    if alias not in databases:
+    alias = _checked_alias(databases)
+    if alias is None:
         return []
     try:
         if not _migrated(alias):
@@ -198,13 +193,8 @@ def check_stored_code(
     continue as before); the hint is the settings entry to add. Reads the database like
     ``check_capacity``: only when asked for it, silent before this app's tables are migrated
     (and when the database cannot be read: ``W021`` says so)."""
-    if not databases:
-        return []
-    try:
-        alias = resolve_alias(None)
-    except ConfigurationError:
-        return []  # the settings checks say what is wrong
-    if alias not in databases:
+    alias = _checked_alias(databases)
+    if alias is None:
         return []
     try:
         if not _migrated(alias):
@@ -261,6 +251,19 @@ def check_stored_code(
 
 def _entries(entries: dict[str, str]) -> str:
     return "{" + ", ".join(f'"{k}": "{v}"' for k, v in entries.items()) + "}"
+
+
+def _checked_alias(databases: Any) -> str | None:
+    """The alias holding the definitions, when a database check was asked for it
+    (``check --database``, ``migrate``); None otherwise, and when the settings cannot name
+    one (the settings checks say what is wrong)."""
+    if not databases:
+        return None
+    try:
+        alias = resolve_alias(None)
+    except ConfigurationError:
+        return None
+    return alias if alias in databases else None
 
 
 def _migrated(alias: str) -> bool:
@@ -338,13 +341,8 @@ def check_legacy_keys(
     that mapping (a new one could land on numbers already issued). A database check, on the
     alias holding the definitions, silent before this app's migrations are all applied (and when
     the database cannot be read: ``W021`` says so)."""
-    if not databases:
-        return []
-    try:
-        alias = resolve_alias(None)
-    except ConfigurationError:
-        return []  # the settings checks say what is wrong
-    if alias not in databases:
+    alias = _checked_alias(databases)
+    if alias is None:
         return []
     try:
         if not _migrated(alias):
