@@ -1013,3 +1013,35 @@ def test_regression_malformed_host_header_got_an_html_400(api: Client, host: str
     outside = Client().get("/admin/login/", HTTP_HOST=host)
     assert outside.status_code == 400 and outside["Content-Type"].startswith("text/html")
     assert next_value("order") == 1
+
+
+class _ReadsFromOther:
+    """A router that sends reads to the database "other", as a read replica's router does
+    (writes to "default")."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "other"
+
+    def db_for_write(self, model: Any, **hints: Any) -> str:
+        return "default"
+
+    def allow_relation(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+
+@pytest.mark.skipif(
+    "other" not in connections.settings, reason="the SQLite run has no second database"
+)
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_token_is_read_from_the_primary_whatever_the_router_says_for_reads() -> None:
+    """With a router sending reads to a replica, a token made a moment ago was '403 Unknown
+    token' (it was looked up on the replica), and a revoked one stayed valid for the
+    replication lag."""
+    Sequence.objects.define("rep.order")
+    row, token = make_token("rep.order")
+    with override_settings(DATABASE_ROUTERS=[_ReadsFromOther()]):
+        http.plumbing.tokens.forget()
+        assert post(client_for(token), "/ids/rep.order/values").status_code == 200
+        ApiToken.objects.using("default").filter(pk=row.pk).update(is_active=False)
+        http.plumbing.tokens.forget()  # (a process's cache keeps a row for its TTL)
+        assert post(client_for(token), "/ids/rep.order/values").status_code == 403

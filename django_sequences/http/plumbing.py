@@ -45,7 +45,7 @@ from django.core.exceptions import (
     SuspiciousOperation,
     TooManyFieldsSent,
 )
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, router
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, UnreadablePostError
 from django.utils import timezone
@@ -398,7 +398,10 @@ class TokenCache:
         cached = self._rows.get(digest)
         if cached is not None and now < cached[0]:
             return cached[1]
-        row = model.objects.filter(digest=digest).first()
+        # on the database the router writes tokens to: a read replica behind a router could
+        # lack a token made a moment ago, or hold one revoked since (authorization reads the
+        # primary, whatever the router says for reads)
+        row = model.objects.db_manager(router.db_for_write(model)).filter(digest=digest).first()
         if row is None:
             self._rows.pop(digest, None)
             return None
