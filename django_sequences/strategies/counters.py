@@ -3,7 +3,6 @@ default) and ``strict`` (one atomic UPDATE per call or batch)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
@@ -80,11 +79,7 @@ class SegmentStrategy(Strategy):
         }
         if connections[alias].vendor != "sqlite":
             return SegmentGenerator(row_key, lease, **settings)
-
-        def joined(count: int) -> tuple[int, int]:
-            return _in_transaction(Segment, row_key, count, alias, name)
-
-        return SQLiteSegmentGenerator(row_key, lease, joined, alias, **settings)
+        return SQLiteSegmentGenerator(row_key, lease, alias, name, **settings)
 
 
 def _in_transaction(model: Any, key: str, count: int, alias: str, name: str) -> tuple[int, int]:
@@ -110,17 +105,12 @@ class SQLiteSegmentGenerator(SegmentGenerator):
     after the timeout; ``sources.callers.joins_callers_transaction``). Outside a transaction
     it is the plain segment generator."""
 
-    def __init__(
-        self,
-        name: str,
-        lease: LeaseFn,
-        joined: Callable[[int], tuple[int, int]],
-        alias: str,
-        **kwargs: Any,
-    ) -> None:
+    __slots__ = ("_alias", "_prefetches", "_sequence")
+
+    def __init__(self, name: str, lease: LeaseFn, alias: str, sequence: str, **kwargs: Any) -> None:
         super().__init__(name, lease, **kwargs)
-        self._joined = joined
         self._alias = alias
+        self._sequence = sequence  # (its name: the counter row is ``name``)
         # Django's in-memory test database is SQLite's shared cache, where a connection meets
         # another's lock at once, with no wait: a lease of the background prefetcher beside
         # the test's own statements (the flush between tests) made one of them fail ("database
@@ -134,13 +124,18 @@ class SQLiteSegmentGenerator(SegmentGenerator):
         else:  # (lock held) no prefetch until the next range is installed
             self._trigger = NO_TRIGGER
 
+    def _joined(self, count: int) -> tuple[int, int]:
+        # (no closure per generator: thousands of generators are cached)
+        model = apps.get_model("django_sequences", "Segment")
+        return _in_transaction(model, self.name, count, self._alias, self._sequence)
+
     def next(self) -> int:
         if not joins_callers_transaction(self._alias):
             return super().next()
         got = self.try_take(1)
         if got is not None:
             return got[0]
-        return int(self._joined(1)[0])
+        return self._joined(1)[0]
 
     def take(self, count: int) -> range | list[int]:
         if not joins_callers_transaction(self._alias):
