@@ -126,6 +126,18 @@ def _redis_shared(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_tokens() -> Iterator[None]:
+    """Each test starts with the JSON API's token cache empty: a token row cached by an
+    earlier test (its tables flushed since) must not answer for this one. (tests/test_http.py
+    overrides it to put the cache on a clock of its own.)"""
+    from django_sequences import http  # (imports the models: after Django is set up)
+
+    http.tokens.forget()
+    yield
+    http.tokens.forget()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_registry() -> Iterator[None]:
     """Each test starts with no cached ranges (as a new process would), and with no lease
     of an earlier test still in flight: the prefetch thread is stopped after its queued work,

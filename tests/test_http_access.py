@@ -44,13 +44,6 @@ class FrozenClock:
         return self.t
 
 
-@pytest.fixture(autouse=True)
-def _fresh_tokens() -> Iterator[None]:
-    http.tokens.forget()
-    yield
-    http.tokens.forget()
-
-
 @pytest.fixture
 def frozen() -> Iterator[FrozenClock]:
     """The rate counter's clock held at a quarter past one second."""

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import Client, RequestFactory, override_settings
 
-from django_sequences import http, next_value
+from django_sequences import next_value
 from django_sequences.http import views
 from django_sequences.http.bodies import MAX_BODY_BYTES, MAX_BODY_DEPTH, MAX_BODY_ELEMENTS
 from django_sequences.models import ApiToken, Sequence
@@ -25,13 +24,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 #: The body of the finding: 2.4 MB, 800,000 empty objects where a count goes.
 HOSTILE = b'{"count": [' + b",".join([b"{}"] * 800_000) + b"]}"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tokens() -> Iterator[None]:
-    http.tokens.forget()
-    yield
-    http.tokens.forget()
 
 
 @pytest.fixture

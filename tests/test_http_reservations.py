@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,19 +14,12 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from django_sequences import get_reservation, http, reserve_number
+from django_sequences import get_reservation, reserve_number
 from django_sequences.models import ApiToken, Reservation, Segment, Sequence
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 INVOICE = "INV/{ctx.area:3}/{seq:05}"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tokens() -> Iterator[None]:
-    http.tokens.forget()
-    yield
-    http.tokens.forget()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from django_sequences import explain, http, next_number, next_value, next_values
+from django_sequences import explain, next_number, next_value, next_values
 from django_sequences.core.snowflake import PRESETS, Layout
 from django_sequences.exceptions import InvalidDefinition, InvalidKey, InvalidNumber
 from django_sequences.models import ApiToken, Segment, Sequence
@@ -22,13 +22,6 @@ from django_sequences.ops.capacity import capacity
 pytestmark = pytest.mark.django_db(transaction=True)
 
 JS_MAX = 2**53 - 1  # Number.MAX_SAFE_INTEGER
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tokens() -> Any:
-    http.tokens.forget()
-    yield
-    http.tokens.forget()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema_rs
@@ -27,7 +26,6 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from django_sequences import http
 from django_sequences.core.base import Status
 from django_sequences.models import ApiToken, Sequence
 from django_sequences.tokens import TOKEN_OPERATIONS
@@ -76,13 +74,6 @@ def define_sequences() -> None:
     Sequence.objects.define("msg", strategy="strict", options={"shards": 4})
     Sequence.objects.define("tiny", max_value=20, step=5)
     Sequence.objects.define("inv", strategy="strict", template="INV/{seq:05}")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tokens() -> Iterator[None]:
-    http.tokens.forget()
-    yield
-    http.tokens.forget()
 
 
 def served(url: str = "/ids/openapi.json", **extra: Any) -> dict[str, Any]:
