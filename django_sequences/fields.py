@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core import checks
 from django.db import models, router, transaction
-from django.db.models.signals import class_prepared, post_init, post_save
+from django.db.models.signals import class_prepared, post_init, post_save, pre_save
 
 from .api import next_value, next_values
 from .conf import docs_url
@@ -384,6 +384,27 @@ def _context_of(found: NumberIssuer, instance: models.Model) -> dict[str, Any]:
     return {name: getattr(instance, name, None) for name in names}
 
 
+def _fill_loaded(
+    sender: type[models.Model], instance: models.Model, raw: bool = False, **kwargs: Any
+) -> None:
+    """``pre_save`` of a raw save (``loaddata``, deserialized objects), which skips the
+    fields' own ``pre_save``: a row without a number gets one; a row with one raises the
+    counter that issues it above it (``ops.adopt.keep_above``), so that the numbers issued
+    next do not collide with the rows loaded."""
+    if not raw:
+        return
+    # ops.adopt imports the models, which a field module must not import at load time
+    from .ops.adopt import keep_above
+
+    for field in sequence_fields(sender):
+        value = getattr(instance, field.attname)
+        if value is None or value == "":
+            setattr(instance, field.attname, field.issue(instance))
+        else:
+            plain = isinstance(field, SequenceIntegerField)
+            keep_above(field.sequence, field.using, getattr(field, "template", None), plain, value)
+
+
 #: Where an instance keeps the primary key and the numbers it was loaded or saved with.
 _ORIGIN = "_sequence_origin"
 
@@ -475,6 +496,7 @@ def _on_class_prepared(sender: type[models.Model], **kwargs: Any) -> None:
     if any(getattr(f, "reserve", False) for f in sequence_fields(sender)):
         post_save.connect(_confirm_after_insert, sender=sender, dispatch_uid=_UID, weak=False)
     post_init.connect(_remember_origin, sender=sender, dispatch_uid=_UID, weak=False)
+    pre_save.connect(_fill_loaded, sender=sender, dispatch_uid=_UID + ".loaded", weak=False)
     post_save.connect(_remember_origin, sender=sender, dispatch_uid=_UID + ".origin", weak=False)
     # ``_meta.managers`` holds the manager objects ``Model.objects`` returns: copies of
     # ``_meta.local_managers`` made for this class. Django makes them again whenever the app

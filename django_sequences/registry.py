@@ -209,6 +209,12 @@ def on_reset(fn: Callable[[], None]) -> None:
         _reset_hooks.append(fn)
 
 
+def holds(name: str) -> bool:
+    """Whether this process has built anything for sequence ``name`` (on any alias): cached
+    ranges that a change of its counter rows behind its back would outdate."""
+    return any(key[1] == name for key in list(_built))
+
+
 def loaded() -> list[tuple[str | None, str]]:
     """(alias, name) of every generator this process has built."""
     return [(alias, name) for alias, by in list(_generators.items()) for name in list(by)]

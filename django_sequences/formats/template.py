@@ -63,7 +63,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Protocol, cast
 from zoneinfo import ZoneInfo
 
@@ -385,10 +385,12 @@ class _Date(_Part):
                     f"{self.spelled}: the format comes first, then tz=ZONE; got {arg!r}.",
                     position,
                 )
-        self.directives, self.format, self.fields, regex, length, digits = _compile_date(
+        self.directives, self.format, self.fields, regex, length, digits, reader = _compile_date(
             fmt, fmt_start, self.spelled, parser
         )
         self.regex = regex
+        self.reader = re.compile(reader)
+        """:attr:`regex` with a group per directive: reads a number's date back."""
         self.min_length = self.max_length = length
         self._digit_count = digits
         # digits, and the format's other characters ("%%" is a "%")
@@ -406,9 +408,10 @@ class _Date(_Part):
 
 def _compile_date(
     fmt: str, start: int, spelled: str, parser: _Parser
-) -> tuple[str, str, tuple[Callable[[datetime], int], ...], str, int, int]:
-    """(directives, %-format, field getters, regex, length, digit count) of a date format."""
-    directives, pieces, fields, regex = [], [], [], []
+) -> tuple[str, str, tuple[Callable[[datetime], int], ...], str, int, int, str]:
+    """(directives, %-format, field getters, regex, length, digit count, the regex with a group
+    per directive) of a date format."""
+    directives, pieces, fields, regex, reader = [], [], [], [], []
     length = digits = 0
     i = 0
     while i < len(fmt):
@@ -416,6 +419,7 @@ def _compile_date(
         if char != "%":
             pieces.append(char)
             regex.append(re.escape(char))
+            reader.append(re.escape(char))
             length += 1
             digits += char in _DIGITS
             i += 1
@@ -424,6 +428,7 @@ def _compile_date(
         if letter == "%":
             pieces.append("%%")
             regex.append("%")
+            reader.append("%")
             length += 1
         elif letter in _DIRECTIVES and letter:
             spec, get, pattern = _DIRECTIVES[letter]
@@ -431,6 +436,7 @@ def _compile_date(
             pieces.append(spec)
             fields.append(get)
             regex.append(pattern)
+            reader.append(f"({pattern})")
             width = int(spec[2])
             length += width
             digits += width
@@ -445,7 +451,16 @@ def _compile_date(
         i += 2
     if not directives:
         raise parser.error(f"{spelled}: the date format has no directive such as %Y.", start)
-    return "".join(directives), "".join(pieces), tuple(fields), "".join(regex), length, digits
+    joined = "".join(regex)
+    return (
+        "".join(directives),
+        "".join(pieces),
+        tuple(fields),
+        joined,
+        length,
+        digits,
+        "".join(reader),
+    )
 
 
 def _unpercent(match: re.Match[str]) -> str:
@@ -1784,6 +1799,15 @@ class Template:
         """Splits ``number`` into its fields: ``{"seq": int, "date": str, "ctx.area": str,
         "random": str, "check": str, …}``; a field that appears twice is keyed ``name#2``.
         Raises :class:`InvalidNumber` when it does not match or a check digit is wrong."""
+        texts = self._texts(number)
+        found: dict[str, Any] = {}
+        for i, key in self._keys:
+            part = self._parts[i]
+            found[key] = part.decode(texts[i], self)
+        return found
+
+    def _texts(self, number: str) -> list[str]:
+        """The text of each part of ``number``, its check characters verified."""
         if not isinstance(number, str):
             raise InvalidNumber(f"Expected a str, got {type(number).__name__}.")
         match = self._regex.fullmatch(number)
@@ -1801,11 +1825,43 @@ class Template:
                     f"{check.spelled} do not match the rest of the number (a typo, or not a "
                     f"number of template {self.label!r})."
                 )
-        found: dict[str, Any] = {}
-        for i, key in self._keys:
-            part = self._parts[i]
-            found[key] = part.decode(texts[i], self)
-        return found
+        return texts
+
+    def period_stamp_of(self, number: str, *, period: str | None = None) -> str:
+        """The stamp of the period ``number`` was issued in, read back from its date parts:
+        the key of the counter row its value came from (``"20261122"`` for a daily period;
+        ``""`` without a period). ``period`` asks for a coarser period, as in
+        :meth:`period_stamp`. A two-digit year (``%y``) is read as 20YY. Raises
+        :class:`InvalidNumber` when ``number`` does not match or names a date that does not
+        exist."""
+        if period is not None and period != self.period:
+            self.period_stamp(0.0, period=period)  # the same refusals
+        period = period or self.period
+        texts = self._texts(number)
+        if period is None:
+            return ""
+        read: dict[str, int] = {}
+        for i, date in self._dates:
+            if date.tz == self.period_tz:
+                got = date.reader.fullmatch(texts[i])
+                assert got is not None  # the whole number matched
+                read.update(zip(date.directives, map(int, got.groups()), strict=True))
+        year = read["Y"] if "Y" in read else 2000 + read["y"]
+        try:
+            if "j" in read and "m" not in read:
+                local = datetime(year, 1, 1) + timedelta(days=read["j"] - 1)
+                if local.year != year:
+                    raise ValueError("day of the year out of range")
+            else:
+                local = datetime(year, read.get("m", 1), read.get("d", 1))
+            local = local.replace(hour=read.get("H", 0), minute=read.get("M", 0))
+            local = local.replace(second=read.get("S", 0))
+        except ValueError as exc:
+            raise InvalidNumber(
+                f"{number!r}: its date does not exist ({exc}), so it is not a number of "
+                f"template {self.label!r}."
+            ) from None
+        return _format_stamp(_PERIODS[period], local)
 
     def is_valid(self, number: str) -> bool:
         """True if :meth:`parse` accepts ``number``."""
