@@ -164,7 +164,7 @@ def log_rejection(name: str, error: SequenceError) -> None:
 
 class IssueLog(BasePlugin):
     """Writes every issued value (and number) with its time to
-    :class:`~django_sequences.models.IssuedNumber` (seed 000's ``generate_time`` record).
+    :class:`~django_sequences.models.IssuedNumber` (a ``generate_time`` record, for audits).
 
     Rows are written on the private lease connection in one INSERT per call, committed
     whatever the caller's transaction does: a number handed out is logged even if the caller

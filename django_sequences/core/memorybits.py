@@ -1,4 +1,4 @@
-"""The ``memory_bits`` wrapper (seed 000's queued generator): the low n bits made in memory.
+"""The ``memory_bits`` wrapper (a queued generator): the low n bits made in memory.
 
 One value of the inner generator ``v`` stands for the 2^n values ``v << n | 0`` …
 ``v << n | 2^n - 1``; they are handed out from memory like a leased range. So an inner store
