@@ -154,8 +154,8 @@ def handle_refusal(name: str, error: SequenceError) -> None:
 
 
 def log_rejection(name: str, error: SequenceError) -> None:
-    """The default rejection handler: a warning naming the sequence and the reason (seed
-    002's SequenceRejectedHandler logs too)."""
+    """The default rejection handler: a warning naming the sequence and the reason, so a
+    refusal is seen in the logs even when the caller swallows the error."""
     log.warning("Issuing from sequence %r was refused: %s", name, error)
 
 
