@@ -1,4 +1,4 @@
-"""Failover harness (issue 12): issue values through a real store failover and count duplicates.
+"""Failover harness: issue values through a real store failover and count duplicates.
 
 Usage::
 
@@ -669,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.failover",
         description="Issue values through real store failovers on private loopback servers "
-        "and count duplicates (issue 12). Scenarios: "
+        "and count duplicates. Scenarios: "
         + "; ".join(f"{k}: {v}" for k, v in SCENARIO_HELP.items()),
     )
     parser.add_argument(

@@ -1,4 +1,4 @@
-"""Seed 002's fault table, measured for every strategy on private servers.
+"""The fault table (docs/operations.md), measured for every strategy on private servers.
 
 Usage: ``python -m benchmarks.faults [--db postgresql|mysql] [--strategies a,b,...]``.
 

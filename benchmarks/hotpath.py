@@ -1,6 +1,6 @@
-"""The hot path against the floor of any thread-safe counter: the figures that decide issue 14
-("speed") is done, each printed beside the reference it is judged against, all measured in the
-same run.
+"""The hot path against the floor of any thread-safe counter: the figures that decide whether
+it is fast enough, each printed beside the reference it is judged against, all measured in
+the same run.
 
 Usage: ``python -m benchmarks.hotpath --db sqlite|postgresql|mysql [--quick]`` after ``migrate``
 with ``--settings=benchmarks.settings`` (``scripts/bench`` runs it for every database). Prints
@@ -13,7 +13,7 @@ The floor is a method that takes a ``threading.Lock`` and adds one to an int (as
 subjects and references taking turns (the order reversed every other round), best burst of each:
 the machine has two shared cores, and taking turns puts the same noise on both sides. Every
 figure includes the Python loop around the call, as in a caller's loop. See
-docs/benchmarks.md, "Hot path (issue 14)".
+docs/benchmarks.md, "Hot path".
 
 Django and the package are imported inside functions: this module imports before
 ``django.setup()``.
@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += attempt("round robin", round_robin)
         rows += attempt("threads", lambda: bench_threads(plan))
     quick = " (--quick: a smoke test, not figures to quote)" if args.quick else ""
-    print_rows(f"Hot path (issue 14) on {args.db}{quick}", rows, floor)
+    print_rows(f"Hot path on {args.db}{quick}", rows, floor)
     print(f"\n({args.db}: {time.perf_counter() - t_all:.0f} s; {os.cpu_count()} CPUs)", flush=True)
     from django_sequences.sources import workers  # (after setup, as every import here)
 

@@ -1,4 +1,4 @@
-"""Reservations against ``strict`` ``gapless=True`` (issue 16): numbers per second of writers
+"""Reservations against ``strict`` ``gapless=True``: numbers per second of writers
 whose business transaction takes a while.
 
 Usage: ``python -m benchmarks.reservations [--db postgresql] [--writers 8] [--business-ms 10]

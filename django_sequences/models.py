@@ -462,7 +462,7 @@ class ReservationEvent(models.Model):
 
 
 class IssuedNumber(models.Model):
-    """One issued value (and number), written by the ``IssueLog`` plugin: seed 000's
+    """One issued value (and number), written by the ``IssueLog`` plugin: the
     ``generate_time`` record, for audits ("when was SO2026… issued, by which process?")."""
 
     sequence = ExactCharField(_("sequence"), max_length=MAX_NAME_LENGTH)

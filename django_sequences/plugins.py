@@ -154,8 +154,8 @@ def handle_refusal(name: str, error: SequenceError) -> None:
 
 
 def log_rejection(name: str, error: SequenceError) -> None:
-    """The default rejection handler: a warning naming the sequence and the reason (seed
-    002's SequenceRejectedHandler logs too)."""
+    """The default rejection handler: a warning naming the sequence and the reason, so a
+    refusal is seen in the logs even when the caller swallows the error."""
     log.warning("Issuing from sequence %r was refused: %s", name, error)
 
 
@@ -164,7 +164,7 @@ def log_rejection(name: str, error: SequenceError) -> None:
 
 class IssueLog(BasePlugin):
     """Writes every issued value (and number) with its time to
-    :class:`~django_sequences.models.IssuedNumber` (seed 000's ``generate_time`` record).
+    :class:`~django_sequences.models.IssuedNumber` (a ``generate_time`` record, for audits).
 
     Rows are written on the private lease connection in one INSERT per call, committed
     whatever the caller's transaction does: a number handed out is logged even if the caller

@@ -1,4 +1,4 @@
-"""Reservations: business numbers people can audit (issue 16).
+"""Reservations: business numbers people can audit.
 
 ``reserve_number("invoice")`` takes a value of a ``strict`` sequence and records it as a
 :class:`~django_sequences.models.Reservation` in one short transaction on one of the process's

@@ -924,7 +924,7 @@ PYTHON_ADVICE = re.compile(r"\w+=(True|False|\d)|options\[|exist_ok|context=|ren
 
 
 def test_regression_admin_messages_gave_python_advice(admin_client: Client) -> None:
-    """Issue 11, finding 9: the admin showed messages written for Python callers
+    """Messages speak to the admin's user: the admin showed messages written for Python callers
     ("set cycle=False", "options['shards']", "min_value=5, max_value=5", "no context was
     given"). They name the form's fields and say what to type."""
     add = reverse("admin:django_sequences_sequence_add")
@@ -982,7 +982,7 @@ def test_regression_a_new_reset_period_in_the_admin_issued_todays_numbers_again(
     assert not set(next_numbers("adm.period", 3)) & set(issued)
 
 
-# --- reservations (issue 16) --------------------------------------------------------------------
+# --- reservations ------------------------------------------------------------------------------
 
 
 def test_reservation_list_is_read_only_with_filters_and_the_audit_page(

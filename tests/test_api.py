@@ -232,7 +232,7 @@ def test_a_declared_sequence_is_made_on_first_use() -> None:
     assert not caught.value.declared
 
 
-# --- issue 11, finding 7: typed errors only --------------------------------------------------
+# --- bad input gets typed errors only, never a bare Python exception ------------------------
 
 
 def test_regression_explain_of_a_seconds_snowflake_raised_overflow_error() -> None:

@@ -1,9 +1,9 @@
-"""Issue 11: every public Python function of ``django_sequences`` fed wrong types, empty, huge,
+"""Every public Python function of ``django_sequences`` fed wrong types, empty, huge,
 unicode and control-character values raises only errors from ``django_sequences.exceptions``
 (never a bare ``TypeError``, ``OverflowError``, ``RecursionError``, ``KeyError`` …), and a
 refused call consumes nothing: no counter row moves, and the next call gives the next value.
 
-The HTTP half of the issue's fuzz test lives with the HTTP API's tests.
+The HTTP half of this fuzzing lives with the HTTP API's tests.
 
 Each test defines its sequences once (the ``seqs`` fixture) and every Hypothesis example runs
 against them, judging consumption by the counter rows before and after the call, so sharing the
@@ -262,7 +262,7 @@ def test_number_functions_refuse_bad_arguments_with_typed_errors(
 
 
 @FUZZ
-@example(call="next_number", context={})  # finding 6: a missing context part burned a value
+@example(call="next_number", context={})  # a missing context part burned a value
 @example(call="next_numbers", context={"other": "EU"})
 @given(
     call=st.sampled_from(["next_number", "next_numbers", "anext_number", "anext_numbers"]),
@@ -347,7 +347,7 @@ LEASE_OPTIONS = ["clock_tolerance_ms", "worker_store", "redis_alias"]
 def test_define_refuses_bad_time_options_naming_them(
     seqs: None, strategy: str, options: dict[str, Any]
 ) -> None:
-    """The options of the time-based strategies (finding 7: an epoch past year 9999 with
+    """The options of the time-based strategies (an epoch past year 9999 with
     ``time_unit="s"`` raised OverflowError): InvalidDefinition naming an option, or a
     definition that issues."""
     name = f"fz-opt-{uuid.uuid4().hex[:8]}"

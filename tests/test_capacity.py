@@ -1,4 +1,4 @@
-"""Capacity warnings (issue 15, item 3): one computation, ``ops/capacity.py``, behind the
+"""Capacity warnings: one computation, ``ops/capacity.py``, behind the
 database system check ``django_sequences.W020``, ``sequences_status`` and the overview's
 ``remaining``. Counters are moved by issuing (strict: its row holds exactly what was issued),
 rates come from real ``IssueStat`` rows, worker ids from real ``WorkerLease`` rows."""

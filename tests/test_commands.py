@@ -218,7 +218,7 @@ DRIFTED: dict[str, Any] = {
 
 @override_settings(DJANGO_SEQUENCES=DRIFTED)
 def test_regression_provision_said_up_to_date_when_the_declaration_drifted() -> None:
-    """Issue 11, finding 9: a changed step and an added template were reported "up to date"."""
+    """Drift is reported: a changed step and an added template were reported "up to date"."""
     Sequence.objects.define("cmd.drift", step=10)
     Sequence.objects.define("cmd.plain", step=10)
     assert lines("sequences_provision") == [

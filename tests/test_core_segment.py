@@ -223,7 +223,7 @@ def test_child_after_fork_drops_inherited_ranges(prefetcher: Prefetcher) -> None
 def test_regression_a_batch_refused_at_max_value_leaves_what_was_left(
     prefetcher: Prefetcher,
 ) -> None:
-    """Issue 11, finding 6: max 12, 10 taken, take(5) refused; take(2) must still get 11, 12."""
+    """A refused batch takes nothing: max 12, 10 taken, take(5) refused; take(2) gets 11, 12."""
     store = MemoryStore(step=10, max_value=12)
     gen = SegmentGenerator("t", store.lease, prefetcher=prefetcher)
     assert gen.take(10) == range(1, 11)

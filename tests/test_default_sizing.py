@@ -1,4 +1,4 @@
-"""A definition that gives no step (issue 14): ``DEFAULT_STEP``, and a plain segment sequence
+"""A definition that gives no step: ``DEFAULT_STEP``, and a plain segment sequence
 leases adaptively up to ``DEFAULT_MAX_STEP``, so a busy caller does not wait on a lease every
 thousand values; a templated number keeps its fixed step."""
 

@@ -214,8 +214,8 @@ def test_fill_gives_values_before_saving() -> None:
 
 
 def test_regression_a_refused_waybill_consumes_no_number() -> None:
-    """Issue 11, finding 6: filling a SequenceField whose context is missing took a value per
-    refused save. The context is checked before a value is taken."""
+    """A refused save consumes nothing: filling a SequenceField whose context is missing took a
+    value per refused save. The context is checked before a value is taken."""
     order = Order.objects.create(customer="ann")
     for _ in range(3):
         with pytest.raises(InvalidKey, match="area"):

@@ -651,7 +651,7 @@ def test_concurrent_clients_get_every_value_once() -> None:
     assert len(segment) == len(set(segment)) == total
 
 
-# --- regressions of issue 11 (findings 7 and 9) -------------------------------------------------
+# --- malformed requests get a JSON refusal; messages speak to HTTP clients ----------------------
 
 #: What a message written for a Python caller says and an HTTP client can do nothing with.
 PYTHON_ADVICE = re.compile(
@@ -680,8 +680,8 @@ def chunked(client: Client, url: str, body: bytes, *, terminated: bool = True, *
 
 
 def test_regression_deeply_nested_json_body_was_a_500(api: Client) -> None:
-    """Finding 7: a deeply nested body ended in a RecursionError, a 500 (as deep as a body
-    within the 64 KiB read goes)."""
+    """Malformed input is refused, never a 500: a deeply nested body ended in a RecursionError, a
+    500 (as deep as a body within the 64 KiB read goes)."""
     Sequence.objects.define("order", step=1000)
     Sequence.objects.define("waybill", template=WAYBILL)
     deep = 10_000
@@ -715,8 +715,8 @@ def test_regression_deeply_nested_json_body_was_a_500(api: Client) -> None:
 def test_regression_newline_in_the_path_got_an_html_404(
     api: Client, method: str, url: str, status: int
 ) -> None:
-    """Finding 7: a path with %0A (a newline) fell through the API's URLs to Django's HTML
-    404."""
+    """Every URL under the prefix answers JSON: a path with %0A (a newline) fell through the API's
+    URLs to Django's HTML 404."""
     Sequence.objects.define("order", step=1000)
     code, message = error_of(api.generic(method, url), status)
     assert code == ("not_found" if status == 404 else "bad_request")
@@ -725,9 +725,9 @@ def test_regression_newline_in_the_path_got_an_html_404(
 
 
 def test_regression_trailing_slash_got_an_html_csrf_403() -> None:
-    """Finding 7: ``POST /ids/order/values/`` met Django's CSRF check (HTML 403) on the way
-    to the catch-all 404; the endpoints now take a trailing slash, and every other URL under
-    the prefix answers a JSON 404 whatever the method and cookies."""
+    """Every URL under the prefix answers JSON: ``POST /ids/order/values/`` met Django's CSRF check
+    (HTML 403) on the way to the catch-all 404; the endpoints now take a trailing slash, and every
+    other URL under the prefix answers a JSON 404 whatever the method and cookies."""
     Sequence.objects.define("order", step=1000)
     Sequence.objects.define("waybill", template=WAYBILL)
     Sequence.objects.define("sf", strategy="snowflake")
@@ -750,9 +750,10 @@ def test_regression_trailing_slash_got_an_html_csrf_403() -> None:
 
 
 def test_regression_chunked_body_was_silently_ignored(api: Client) -> None:
-    """Finding 7: a chunked body (no Content-Length) was read as empty, so ``{"count": 5}``
-    issued 1 value. Where the server says it ended the body (``wsgi.input_terminated``) it is
-    read; where it does not, the request is refused (411) and consumes nothing."""
+    """A body is read or refused, never ignored: a chunked body (no Content-Length) was read as
+    empty, so ``{"count": 5}`` issued 1 value. Where the server says it ended the body
+    (``wsgi.input_terminated``) it is read; where it does not, the request is refused (411) and
+    consumes nothing."""
     Sequence.objects.define("order", step=1000)
     Sequence.objects.define("waybill", template=WAYBILL)
     r = chunked(api, "/ids/order/values", b'{"count": 5}')
@@ -818,7 +819,7 @@ def gunicorn() -> Iterator[str]:
 
 
 def test_regression_chunked_body_was_silently_ignored_under_gunicorn(gunicorn: str) -> None:
-    """Finding 7 under a real WSGI server: gunicorn decodes a chunked body and sets
+    """A chunked body is read under a real WSGI server: gunicorn decodes a chunked body and sets
     ``wsgi.input_terminated``; the API reads it (``{"count": 5}`` issued 1 value before)."""
     Sequence.objects.define("order", step=1000)
     _, token = make_token("*")
@@ -884,9 +885,10 @@ def test_regression_chunked_body_was_silently_ignored_under_gunicorn(gunicorn: s
 def test_regression_odd_bodies_got_python_words_or_went_through(
     api: Client, raw: bytes, says: str
 ) -> None:
-    """Finding 7: a 5000-digit integer was refused with 'use sys.set_int_max_str_digits()',
-    NaN and Infinity were taken as numbers, bytes that are not UTF-8 got the codec's error, a
-    lone surrogate got through to the store, and a field given twice silently took the last."""
+    """Bad JSON values get a refusal for an HTTP client: a 5000-digit integer was refused with
+    'use sys.set_int_max_str_digits()', NaN and Infinity were taken as numbers, bytes that are
+    not UTF-8 got the codec's error, a lone surrogate got through to the store, and a field
+    given twice silently took the last."""
     Sequence.objects.define("msg", strategy="strict", options={"shards": 2})
     code, message = error_of(
         api.generic("POST", "/ids/msg/values", raw, content_type="application/json"), 400
@@ -940,8 +942,8 @@ def test_regression_too_many_query_parameters_was_a_500(api: Client) -> None:
 
 @override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"declared": {"step": 10}}})
 def test_regression_messages_gave_python_advice(api: Client) -> None:
-    """Finding 9: HTTP clients were told to call ``Sequence.objects.define(...)``, to ``pass
-    render(..., context=...)``, to call ``next_value()``, to set ``cycle=True`` or
+    """Messages speak to HTTP clients: they were told to call ``Sequence.objects.define(...)``, to
+    ``pass render(..., context=...)``, to call ``next_value()``, to set ``cycle=True`` or
     ``options['shards']``. Each error type now has a message for an HTTP client, made from the
     exception's attributes."""
     Sequence.objects.define("order", step=1000)
@@ -989,9 +991,9 @@ def test_regression_messages_gave_python_advice(api: Client) -> None:
 def test_regression_library_errors_gave_python_advice(
     gate: None, api: Client, error: Exception, status: int, says: str
 ) -> None:
-    """Finding 9: the text of LeaseContention, ClockMovedBackwards, SequenceExhausted,
-    ConfigurationError and a broken definition named settings and options a client cannot
-    change."""
+    """Messages speak to HTTP clients: the text of LeaseContention, ClockMovedBackwards,
+    SequenceExhausted, ConfigurationError and a broken definition named settings and options a
+    client cannot change."""
     Sequence.objects.define("order", step=1000)
     Gate.error = error
     _, message = error_of(post(api, "/ids/order/values"), status)

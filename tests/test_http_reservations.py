@@ -1,4 +1,4 @@
-"""The reservation endpoints of the JSON HTTP API (docs/http.md "Reservations"; issue 16):
+"""The reservation endpoints of the JSON HTTP API (docs/http.md "Reservations"):
 ``POST <name>/reservations`` (201), ``.../<number>/confirm`` and ``.../<number>/void``,
 through Django's test client on the real database. Each refusal leaves everything as it was:
 no reservation row made or changed, the counter row where it was."""

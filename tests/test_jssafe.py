@@ -1,4 +1,4 @@
-"""IDs that survive JavaScript (issue 16, item 5; docs/strategies.md "JavaScript-safe ids",
+"""IDs that survive JavaScript (docs/strategies.md "JavaScript-safe ids",
 docs/http.md "Big integers"): the ``js53`` snowflake preset keeps every value below 2**53 and
 says how long and how fast it lasts; the JSON API writes ids as strings when asked
 (``ids=string``); and ``explain()`` and the explain endpoint decode a number as well as a value.

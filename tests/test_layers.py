@@ -2,7 +2,7 @@
 so do the type-only ones under ``if TYPE_CHECKING:``: a type that names a higher layer is a
 dependency on it too). docs/architecture.md draws the layers these rules keep.
 
-Rules (DESIGN.md, issue [3/6]):
+Rules (DESIGN.md):
 
 1. ``core/`` and ``formats/`` import nothing of the package but themselves, ``exceptions`` and
    ``compat``: they are pure Python and know nothing of Django, stores or strategies.

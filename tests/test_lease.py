@@ -1,4 +1,4 @@
-"""``Segment.objects.lease``: the optimistic-lock lease of seed 003, on every database."""
+"""``Segment.objects.lease``: the optimistic-lock lease, on every database."""
 
 from __future__ import annotations
 

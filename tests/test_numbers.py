@@ -69,7 +69,7 @@ def _shanghai() -> Any:
 
 
 def test_date_and_a_daily_five_digit_counter() -> None:
-    """Seed 000: 2017030400001."""
+    """A date and a daily five-digit counter: 2017030400001."""
     Sequence.objects.define("jd.order", template="{date:%Y%m%d}{seq:05}")
     clocked("jd.order", at("2017-03-04 09:30:00"))
     assert [next_number("jd.order") for _ in range(3)] == [
@@ -81,7 +81,7 @@ def test_date_and_a_daily_five_digit_counter() -> None:
 
 
 def test_area_unit_sequence_from_context() -> None:
-    """Seed 000: 010-6541-00001."""
+    """Parts from the context, then the counter: 010-6541-00001."""
     Sequence.objects.define("jd.waybill", template="{ctx.area}-{ctx.unit}-{seq:05}")
     assert next_number("jd.waybill", area="010", unit="6541") == "010-6541-00001"
     assert next_number("jd.waybill", area="021", unit="0001") == "021-0001-00002"
@@ -90,13 +90,13 @@ def test_area_unit_sequence_from_context() -> None:
 
 
 def test_prefix_and_sequence() -> None:
-    """Seed 000: QJ000001."""
+    """A fixed prefix and a six-digit counter: QJ000001."""
     Sequence.objects.define("jd.qj", template="QJ{seq:06}")
     assert [next_number("jd.qj") for _ in range(2)] == ["QJ000001", "QJ000002"]
 
 
 def test_the_seeds_check_digit_expression() -> None:
-    """Seed 000's CheckSumExpression: n * 9 % 31 % 10 after the sequence."""
+    """The ``jd`` check digit (a CheckSumExpression): n * 9 % 31 % 10 after the sequence."""
     Sequence.objects.define("jd.sn", template="SN-{seq}-{check:jd}", min_value=123)
     assert next_number("jd.sn") == f"SN-123-{123 * 9 % 31 % 10}"
     assert checksums.get("jd").compute("124") == str(124 * 9 % 31 % 10)
@@ -104,7 +104,7 @@ def test_the_seeds_check_digit_expression() -> None:
 
 
 def test_a_24_digit_journal_number() -> None:
-    """Seed 003: time + an 8-digit sequence + 6 random digits, 24 digits in all."""
+    """A journal number: time + an 8-digit sequence + 6 random digits, 24 digits in all."""
     Sequence.objects.define("journal", template="{date:%y%m%d%H%M}{seq:08}{random:6}")
     clocked("journal", at("2026-11-22 10:15:30"))
     first, second = next_number("journal"), next_number("journal")
@@ -454,7 +454,7 @@ def doc_examples(page: str) -> list[tuple[str, str, Any]]:
 
 
 def test_regression_the_docs_example_numbers_parse_back() -> None:
-    """Issue 11, finding 8: docs/numbers.md (and README, testproject) showed
+    """Documented numbers are real outputs: docs/numbers.md (and README, testproject) showed
     SO20261122000000013, whose Luhn digit is wrong. Every number the template and number
     pages show as a template's output parses back (or is refused where the page says so)."""
     examples = doc_examples("numbers.md") + doc_examples("templates.md")

@@ -81,7 +81,8 @@ def _refusals(name: str) -> list[Callable[[], object]]:
 
 @pytest.mark.parametrize("kind", sorted(TEMPLATES))
 def test_regression_refused_next_number_consumes_no_value(kind: str) -> None:
-    """Issue 11, finding 6: next_number with a missing context part burnt a value per call."""
+    """A refused call consumes nothing: next_number with a missing context part burnt a value per
+    call."""
     name = f"rf.{kind}"
     Sequence.objects.define(name, **TEMPLATES[kind])
     for refuse in _refusals(name):
@@ -103,7 +104,8 @@ def test_regression_refused_next_number_consumes_no_value(kind: str) -> None:
 
 @pytest.mark.parametrize("strategy", ["segment", "strict"])
 def test_regression_a_batch_refused_at_max_value_leaves_what_was_left(strategy: str) -> None:
-    """Issue 11, finding 6: max 12, 10 taken, take(5) refused, then take(2) was refused too."""
+    """A refused batch leaves what was left: max 12, 10 taken, take(5) refused, then take(2) was
+    refused too."""
     Sequence.objects.define("rf.max", strategy=strategy, step=10, max_value=12)
     assert list(next_values("rf.max", 10)) == list(range(1, 11))
     with pytest.raises(SequenceExhausted):
@@ -125,8 +127,8 @@ def test_a_number_batch_refused_at_max_value_leaves_what_was_left() -> None:
 
 
 def test_regression_sequences_next_leases_exactly_what_it_prints() -> None:
-    """Issue 11, finding 6: each sequences_next process leased a whole step (100,000 values
-    of shop.order) to print one number; the rest was lost when it exited."""
+    """A command leases only what it prints: each sequences_next process leased a whole step
+    (100,000 values of shop.order) to print one number; the rest was lost when it exited."""
     Sequence.objects.define("rf.cli", step=1000)
     assert run("sequences_next", "rf.cli", "-n", "3").split() == ["1", "2", "3"]
     assert row_value("rf.cli") == 3
@@ -174,7 +176,7 @@ def test_sequences_next_refused_by_the_context_takes_nothing() -> None:
 def test_regression_json_commands_print_errors_as_json(
     args: tuple[str, ...], kind: str, words: str
 ) -> None:
-    """Issue 11, finding 9: --json commands printed their refusals as plain text."""
+    """A --json command refuses in JSON: --json commands printed their refusals as plain text."""
     Sequence.objects.define("rf.json", step=10)
     out = StringIO()
     with pytest.raises(CommandError) as caught:

@@ -1,4 +1,4 @@
-"""SequenceField(reserve=True) (issue 16, item 4): the number comes from a reservation that is
+"""SequenceField(reserve=True): the number comes from a reservation that is
 confirmed when the row's transaction commits and voided ("rolled back") when it rolls back."""
 
 from __future__ import annotations

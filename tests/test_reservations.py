@@ -1,4 +1,4 @@
-"""Reservations (issue 16): reserve, confirm, void, expiry, reuse, audit."""
+"""Reservations: reserve, confirm, void, expiry, reuse, audit."""
 
 from __future__ import annotations
 

@@ -140,9 +140,10 @@ def test_explain_round_trip(layout: Layout, tick: int, worker: int, seq: int) ->
 def test_regression_explain_round_trip_built_a_layout_over_63_bits(
     unit: str, bits: tuple[int, int, int], tick: int, worker: int, seq: int
 ) -> None:
-    """Issue 11, finding 1: the property test drew bits (34, 14, 16) and built ``Layout(...)``
-    directly, skipping the 63-bit rule of ``Layout.from_options``; the value overflowed 2**63
-    and the README test command went red. ``Layout(...)`` itself now refuses such a layout."""
+    """Every layout keeps values below 2**63: the property test drew bits (34, 14, 16) and built
+    ``Layout(...)`` directly, skipping the 63-bit rule of ``Layout.from_options``; the value
+    overflowed 2**63 and the README test command went red. ``Layout(...)`` itself now refuses such a
+    layout."""
     time_bits, worker_bits, sequence_bits = bits
     valid = (
         time_bits >= 1
@@ -472,7 +473,7 @@ def test_the_handle_hands_out_the_generators_next_and_still_refuses_a_key() -> N
         next_value("sf", key="chat-1")
 
 
-# --- issue 11, finding 7: sequences_explain answers every value with a typed refusal -----------
+# --- sequences_explain answers every value with a typed refusal ------------------------------
 
 
 @db

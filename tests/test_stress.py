@@ -1,4 +1,4 @@
-"""The lock-free fast path under stress (issue 14): eight threads with CPython's switch interval
+"""The lock-free fast path under stress: eight threads with CPython's switch interval
 at 1 µs (a thread can lose the GIL between any two bytecodes), sequences of step 7, 50 and 1000,
 every thread mixing ``next_value``, ``next_values`` and a handle's ``next`` and ``take``, while
 processes forked in the middle of the run (and one spawned) do the same. Every value is counted:

@@ -60,7 +60,7 @@ def digits_of(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The seed's numbers (seed 000 and 003)
+# The numbers of the original designs this project reproduces
 
 
 def test_seed_date_and_five_digit_sequence() -> None:
@@ -88,7 +88,7 @@ def test_seed_jd_check_of_123() -> None:
 
 
 def test_seed_24_digit_journal_number() -> None:
-    # seed 003: "10-digit time + 8-digit sequence + 6 random digits = 24 digits". The seed's
+    # The journal number: "10-digit time + 8-digit sequence + 6 random digits = 24 digits". Its
     # code meant MMddHHmmss (its substring(4) drops the year); we keep the year: yyMMddHHmm.
     t = compile("{date:%y%m%d%H%M}{seq:08}{random:6}")
     number = t.render(42, now=at(2026, 11, 22, 9, 5, 30))
@@ -819,7 +819,8 @@ def test_regression_ambiguous_templates_are_refused(text: str, position: int, me
 
 
 def test_regression_the_ambiguous_example_of_the_issue() -> None:
-    """Issue 11, finding 5: {ctx.a}{seq} rendered '121' for a=12, value 1 and a=1, value 21."""
+    """Adjacent parts must not run together: {ctx.a}{seq} rendered '121' for a=12, value 1
+    and a=1, value 21."""
     with pytest.raises(TemplateError, match="could render the same number"):
         compile("{ctx.a}{seq}")
     t = compile("{ctx.a}-{seq}")  # the fix the message suggests

@@ -1,4 +1,4 @@
-"""The timestamp strategy (seed 001): UTC format, per-second limit, never lower than the last
+"""The timestamp strategy: UTC format, per-second limit, never lower than the last
 value after the clock went back, the Redis counter and the local counter."""
 
 from __future__ import annotations
@@ -413,7 +413,7 @@ def test_local_counter_threads_spawned_and_forked_processes() -> None:
     assert used[explain("ts", first)["worker_id"]] == [0]
 
 
-# --- issue 11, finding 10: the local counter never goes below numbers already issued --------
+# --- the local counter never goes below numbers already issued -----------------------------
 
 
 @pytest.fixture(params=["database", "redis"])
@@ -443,10 +443,11 @@ HOUR = 3600.0
 def test_regression_local_restart_on_a_clock_an_hour_behind_issued_lower_numbers(
     local_ts: str, first_exits: bool
 ) -> None:
-    """Issue 11, finding 10: a process started on a clock 1 h behind got a never-used worker id
-    (whose own ``last_timestamp`` said nothing) and issued numbers about 1 h lower than numbers
-    another process had issued. The ids of a sequence now share a floor: the new process waits
-    up to the tolerance, then refuses with ClockMovedBackwards and issues nothing."""
+    """A new worker id never issues below its sequence's numbers: a process started on a clock 1 h
+    behind got a never-used worker id (whose own ``last_timestamp`` said nothing) and issued numbers
+    about 1 h lower than numbers another process had issued. The ids of a sequence now share a
+    floor: the new process waits up to the tolerance, then refuses with ClockMovedBackwards and
+    issues nothing."""
     first = build(local_ts, clock_at(AT))
     issued = [first.next(), *first.take(3)]
     if first_exits:

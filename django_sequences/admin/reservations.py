@@ -1,4 +1,4 @@
-"""The reservations of issue 16 in the admin: a read-only list (state, number, value, actor,
+"""Reservations in the admin: a read-only list (state, number, value, actor,
 reason, times; filters by state and sequence) with each reservation's events, and the audit
 page of a sequence (``reservations.audit``: states, gaps, voids with reasons, duplicates), at
 ``reservation/audit/<sequence>/``. Docs: docs/admin.md."""

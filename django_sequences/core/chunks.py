@@ -1,4 +1,4 @@
-"""Chunks from a shared window, the refill logic behind the ``redis_segment`` strategy (seed 002).
+"""Chunks from a shared window, the refill logic behind the ``redis_segment`` strategy.
 Pure Python: the window store (a Redis hash in production, see ``sources/redis.py``) and the
 database lease come in as objects.
 

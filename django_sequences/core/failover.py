@@ -1,4 +1,4 @@
-"""The ``failover`` wrapper (seed 000's bitwise load balancer): 2^n partitions, one store each.
+"""The ``failover`` wrapper (a bitwise load balancer): 2^n partitions, one store each.
 
 Each partition is an inner generator of its own (any strategy whose values fit, on its own
 database or Redis alias). A value is ``inner << n | index``: partition ``index``'s values can

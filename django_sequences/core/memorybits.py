@@ -1,4 +1,4 @@
-"""The ``memory_bits`` wrapper (seed 000's queued generator): the low n bits made in memory.
+"""The ``memory_bits`` wrapper (a queued generator): the low n bits made in memory.
 
 One value of the inner generator ``v`` stands for the 2^n values ``v << n | 0`` …
 ``v << n | 2^n - 1``; they are handed out from memory like a leased range. So an inner store
@@ -6,9 +6,9 @@ that costs a round trip per value (``strict``, ``redis``) is asked once per 2^n 
 per batch of blocks: a lease takes ``ceil(size / 2^n)`` inner values in one ``take``.
 
 It is a :class:`~.segment.SegmentGenerator` whose lease is "take inner values and widen them",
-always with adaptive sizing: a lease covers ``reserve`` seconds of the measured demand (seed
-000's "reserve the next x ms"), at least one block, at most ``max_blocks`` blocks, and is made
-in the background before what is left runs out.
+always with adaptive sizing: a lease covers ``reserve`` seconds of the measured demand, at
+least one block, at most ``max_blocks`` blocks, and is made in the background before what is
+left runs out.
 
 The trade-off: everything a process holds in memory is lost when it stops - up to its current
 and next blocks of 2^n values each (more with a large reserve) - and values are ordered only

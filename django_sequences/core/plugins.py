@@ -1,4 +1,4 @@
-"""The plugin chain around issuing (seed 002's plugin layer). Pure Python.
+"""The plugin chain around issuing. Pure Python.
 
 A plugin has an ``order`` (smaller runs first) and three hooks, each optional:
 

@@ -1,5 +1,5 @@
 """The strict generator: every call is one atomic round trip to the store, so values come out
-strictly increasing across all processes (seed 004's "slow-ordered" channel).
+strictly increasing across all processes: slower than a leased range, but ordered.
 
 Nothing is cached, so there is nothing to lose on restart and nothing to reset after a fork.
 With ``shards = N`` the sequence is spread over N counter rows; a caller-given sub-key picks one

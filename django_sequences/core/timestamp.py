@@ -1,4 +1,4 @@
-"""Timestamp numbers (seed 001): ``int(strftime(format)) * 10**digits + counter``, e.g.
+"""Timestamp numbers: ``int(strftime(format)) * 10**digits + counter``, e.g.
 ``24112512000100042`` for the 42nd number of 2024-11-25 12:00:01 UTC.
 
 Times are always UTC, whatever ``settings.TIME_ZONE`` says: local time goes back an hour when

@@ -351,7 +351,7 @@ LINEAR: dict[str, Callable[[], Linear]] = {
         weighted(97, 96, lambda j: pow(10, j + 2, 97)),
         tuple(f"{98 - r:02d}" for r in range(97)),
     ),
-    # jd (seed 000): the number * 9 % 31 % 10
+    # jd: the number * 9 % 31 % 10, for numbers already issued with that check digit
     "jd": lambda: Linear(
         31,
         weighted(31, 15, lambda j: pow(10, j, 31)),

@@ -1,4 +1,4 @@
-"""The reservation endpoints of the JSON HTTP API (docs/http.md, "Reservations"; issue 16):
+"""The reservation endpoints of the JSON HTTP API (docs/http.md, "Reservations"):
 reserve a number, then confirm it or void it, over ``django_sequences.reservations``.
 
 =======  ==========================================  ==========================================

@@ -1,4 +1,4 @@
-"""The ``autoincrement`` strategy (seed 000 #1): 2^n auto-increment tables.
+"""The ``autoincrement`` strategy: 2^n auto-increment tables.
 
 Each call inserts one row (with its ``generate_time``) into the next table, round robin, and
 returns ``id << n | table_index``: the tables' ids never collide once shifted, so values are

@@ -1,4 +1,4 @@
-"""The ``timestamp`` strategy (seed 001): ``int(strftime(format)) * 10**digits + counter`` in UTC,
+"""The ``timestamp`` strategy: ``int(strftime(format)) * 10**digits + counter`` in UTC,
 counted in Redis (one round trip per call) or in-process under a worker-id lease. Logic in
 ``core/timestamp.py``."""
 

@@ -1,4 +1,4 @@
-"""The ``autoincrement`` strategy (seed 000 #1): 2^n auto-increment tables, each value one
+"""The ``autoincrement`` strategy: 2^n auto-increment tables, each value one
 INSERT; the tables, their guard and the generator live in ``sources/autoincrement.py``."""
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ class RedisSegmentGenerator(SegmentGenerator):
 
 
 class RedisSegmentStrategy(_RedisStrategyBase):
-    """Seed 002's segment strategy: chunks of a Redis hash ``{cur, max, room, step}`` shared by
+    """The segment strategy over Redis: chunks of a Redis hash ``{cur, max, room, step}`` shared by
     every process, refilled from the database row (``core/chunks.py``)."""
 
     name = "redis_segment"

@@ -1,5 +1,5 @@
 """``manage.py sequences_audit NAME [--from N] [--to N] [--key K] [--json]``: the audit of a
-sequence's reservations (issue 16): every value's final state, the gaps, the voids with their
+sequence's reservations: every value's final state, the gaps, the voids with their
 reasons, and any duplicate. A thin wrapper over :func:`django_sequences.reservations.audit`.
 """
 
