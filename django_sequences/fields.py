@@ -6,6 +6,10 @@ empty, so a value set by hand (an import, a test) is kept. The model instance is
 of ``{ctx.NAME}`` parts: ``{ctx.area}`` reads ``instance.area``, ``{ctx.customer.country}``
 follows the relation.
 
+A raw save (``loaddata``, deserialized objects), which skips the fields' ``pre_save``, is
+handled by a ``pre_save`` receiver: a row without a number gets one, and a row with one raises
+the counter that issues it above it (docs/data.md).
+
 ``bulk_create`` works as Django calls ``pre_save`` for each object. Through the model's
 managers (``Order.objects.bulk_create(objs)``) it is faster: the numbers of all objects
 without one come from one batch (one lease at most), see :func:`fill`.
