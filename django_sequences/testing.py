@@ -119,13 +119,19 @@ def reset_sequences(*names: str, using: str | None = None) -> None:
 
 class FreshSequencesMixin:
     """Mix into a ``TestCase`` or ``TransactionTestCase``: :func:`reset_sequences` (every
-    sequence of the default alias, or those named in ``fresh_sequences``) before each test,
-    after the test's transaction began and ``setUpTestData`` ran. A subclass that overrides
-    ``setUp`` calls ``super().setUp()``."""
+    sequence of the default alias, or those named in ``fresh_sequences``) when the class
+    starts, so ``setUpTestData`` numbers from the first value, and again before each test,
+    which then numbers above the rows ``setUpTestData`` made. A subclass that overrides
+    ``setUpClass`` or ``setUp`` calls ``super()``'s."""
 
     #: The sequences to reset (empty: every sequence); ``sequences_using``: their alias.
     fresh_sequences: tuple[str, ...] = ()
     sequences_using: str | None = None
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        reset_sequences(*cls.fresh_sequences, using=cls.sequences_using)
+        super().setUpClass()  # type: ignore[misc]
 
     def setUp(self) -> None:
         reset_sequences(*self.fresh_sequences, using=self.sequences_using)

@@ -81,7 +81,6 @@ class MixinTests(FreshSequencesMixin, TestCase):
 
     @classmethod
     def setUpTestData(cls) -> None:
-        reset_sequences()
         cls.made = [Order.objects.create(customer=f"setup{i}") for i in range(2)]
 
     def test_one(self) -> None:
