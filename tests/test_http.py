@@ -219,6 +219,20 @@ def test_status_is_the_answering_process_view(api: Client) -> None:
     assert body["range"] == [1, 100]
 
 
+def test_values_and_status_of_a_daily_template_are_the_numbers_counter(api: Client) -> None:
+    """The values endpoint takes from the row the numbers of this day take from, and status
+    describes that counter and names the period (before: the undated row, a second counter)."""
+    Sequence.objects.define("order", template="SO{date:%Y%m%d}{seq:06}", min_value=1001)
+    first = post(api, "/ids/order/numbers").json()["numbers"][0]
+    values = post(api, "/ids/order/values", {"count": 2}).json()["values"]
+    after = post(api, "/ids/order/numbers").json()["numbers"][0]
+    assert (first[-6:], values, after[-6:]) == ("001001", [1002, 1003], "001004")
+    body = api.get("/ids/order/status").json()
+    assert (body["current"], body["issued"]) == (1005, 4)
+    assert body["details"]["period"] == first[2:10]
+    assert body["details"]["row"] == f"order:{first[2:10]}"
+
+
 # --- errors -------------------------------------------------------------------------------------
 
 
