@@ -188,11 +188,35 @@ def test_numbers_take_their_context_from_the_body_or_the_query(api: Client) -> N
     assert r.json()["numbers"] == ["021-6541-00004"]
 
 
+def test_query_parameters_of_numbers_are_count_or_context_entries(api: Client) -> None:
+    """A query parameter of numbers is count, a ctx.NAME context entry, or (the form before
+    the prefix) a name the template reads; any other is refused naming it, as an unknown body
+    field is: '?cout=5' issued one number, taking 'cout' for a context entry."""
+    Sequence.objects.define("waybill", template=WAYBILL)
+    r = post(api, "/ids/waybill/numbers?ctx.area=010&ctx.unit=6541&count=2")
+    assert r.json()["numbers"] == ["010-6541-00001", "010-6541-00002"], r.content
+    r = post(api, "/ids/waybill/numbers?area=010&ctx.unit=6541")
+    assert r.json()["numbers"] == ["010-6541-00003"], r.content
+    for query, says in (
+        ("ctx.area=010&ctx.unit=6541&cout=5", "Unknown query parameter(s) 'cout'"),
+        ("area=010&unit=6541&region=9&size=1", "Unknown query parameter(s) 'region', 'size'"),
+    ):
+        code, message = error_of(post(api, f"/ids/waybill/numbers?{query}"), 400)
+        assert code == "bad_request" and says in message, message
+        assert "ctx.NAME" in message
+    code, message = error_of(post(api, "/ids/waybill/numbers", {"cout": 5}), 400)
+    assert "Unknown field(s) 'cout'" in message  # the same typo in the body
+    assert post(api, "/ids/waybill/numbers?ctx.area=010&ctx.unit=6541").json()["numbers"] == [
+        "010-6541-00004"
+    ]
+
+
 def test_numbers_with_a_nested_context(api: Client) -> None:
     Sequence.objects.define("pick", template="{ctx.wh.code:2}-{seq:04}")
     assert post(api, "/ids/pick/numbers?wh.code=AB").json()["numbers"] == ["AB-0001"]
     r = post(api, "/ids/pick/numbers", {"context": {"wh": {"code": "CD"}}})
     assert r.json()["numbers"] == ["CD-0002"]
+    assert post(api, "/ids/pick/numbers?ctx.wh.code=EF").json()["numbers"] == ["EF-0003"]
 
 
 def test_explain_a_snowflake_value(api: Client) -> None:
@@ -303,7 +327,10 @@ def test_405_for_the_wrong_method(api: Client) -> None:
         ("/ids/waybill/numbers", {"context": {"area": 1.5}}, None, "string or an integer"),
         ("/ids/waybill/numbers", {"context": ["010"]}, None, "JSON object"),
         ("/ids/waybill/numbers", {"context": {"using": "x"}}, None, "argument of next_numbers"),
-        ("/ids/waybill/numbers?a=1&a.b=2", None, None, "nests under 'a'"),
+        ("/ids/waybill/numbers?ctx.a=1&ctx.a.b=2", None, None, "nests under 'a'"),
+        ("/ids/waybill/numbers?cout=5", None, None, "Unknown query parameter(s) 'cout'"),
+        ("/ids/waybill/numbers?ids=string", None, None, "Unknown query parameter(s) 'ids'"),
+        ("/ids/waybill/numbers?ctx.count=5", None, None, "argument of next_numbers"),
         ("/ids/sf/explain/abc", None, None, "must be an integer"),
         ("/ids/order/explain/5", None, None, "plain counters"),
         ("/ids/sf/explain/99999999999999999999", None, None, "not a value of"),
