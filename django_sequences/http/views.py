@@ -51,7 +51,15 @@ from ..formats.context import ContextKeyConflict, put_dotted
 from ..numbers import issuer
 from . import openapi as openapi_document
 from .access import endpoint
-from .bodies import count_of, has_query, ids_as_strings, json_body, refuse_unknown_query
+from .bodies import (
+    CONTEXT_PREFIX,
+    RESERVED_CONTEXT,
+    count_of,
+    has_query,
+    ids_as_strings,
+    json_body,
+    refuse_unknown_query,
+)
 from .limits import rates
 from .plumbing import (
     Payload,
@@ -65,8 +73,6 @@ from .plumbing import (
 
 #: Longest sub-key (as ``next_value(name, key=...)`` takes).
 MAX_KEY_LENGTH = 255
-#: Arguments of ``next_numbers()`` itself, which a context entry cannot be named.
-RESERVED_CONTEXT = frozenset({"name", "count", "using"})
 #: Deepest nesting of a context object (``{ctx.warehouse.code}`` needs 2).
 MAX_CONTEXT_DEPTH = 8
 _VALUE_RE = re.compile(r"-?[0-9]{1,20}\Z")
@@ -290,10 +296,6 @@ def _sibling(request: HttpRequest, endpoint: str) -> str:
 
 
 # --- the context of numbers ------------------------------------------------------------------
-
-
-#: The prefix of a query parameter that is a context entry: ``?ctx.area=010``.
-CONTEXT_PREFIX = "ctx."
 
 
 def context_of(
