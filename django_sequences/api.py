@@ -134,7 +134,7 @@ class SequenceHandle:
 
     def next(self, *, key: str | None = None) -> int:
         # The fast path of next_value, written out again on purpose: a shared helper would be
-        # one more Python frame on the hottest call (issue 14's ratios are per frame).
+        # one more Python frame on the hottest call (the benchmarks' ratios are per frame).
         gen = self._gen
         if key is None:
             it = gen.it

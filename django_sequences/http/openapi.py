@@ -7,7 +7,7 @@ request gets a shallow copy whose ``servers`` entry is the prefix the request ca
 (:func:`document`), so a client generated from it reaches the endpoints wherever they are
 mounted.
 
-One function per path item (:data:`PATHS`): a new endpoint (issue 16's reserve, confirm, void)
+One function per path item (:data:`PATHS`): a new endpoint (as reserve, confirm and void were)
 is one more function and one more row there. The reusable parts (the ``name`` parameter, the
 error answers, headers, schemas: ``http/schemas.py``) are in ``components`` and referenced
 with :func:`ref`.
