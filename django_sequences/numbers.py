@@ -4,10 +4,11 @@
 definition's ``template`` (``formats/template.py``; grammar in docs/templates.md) around it.
 A template whose date names a whole day, month or year restarts its counter each period: the
 values then come from a counter row per period, ``<name>:<stamp>`` (``order:20261122``),
-made on first use from the definition's bounds, so each period starts at ``min_value``. The
-stamp and the rendered date are computed from one reading of the clock, in the configured
-time zone (``DJANGO_SEQUENCES["TIME_ZONE"]``, else ``TIME_ZONE``), so a number never shows one
-day's date with another day's counter.
+made on first use from the definition's bounds, so each period starts at ``min_value``
+(``periods.py``: the same counters ``next_value`` takes from). The stamp and the rendered date
+are computed from one reading of the clock, in the configured time zone
+(``DJANGO_SEQUENCES["TIME_ZONE"]``, else ``TIME_ZONE``), so a number never shows one day's
+date with another day's counter.
 
 One :class:`NumberIssuer` per (database alias, sequence, template) and process, built lazily
 and dropped with the registry. Its fast path (:attr:`NumberIssuer.issue_one`, one function
@@ -39,16 +40,11 @@ from .exceptions import (
     SequenceError,
     TemplateError,
 )
-from .formats.keys import period_key
 from .formats.template import NO_FRAME
+from .periods import Periods
 from .signals import number_issued
 from .sources.connections import resolve_alias
-from .templating import (
-    _STAMP_DIGITS,
-    check_template,
-    compile_template,
-    forget_compiled,
-)
+from .templating import check_template, compile_template, forget_compiled
 
 if TYPE_CHECKING:
     from .core.plugins import Chain
@@ -61,9 +57,10 @@ if TYPE_CHECKING:
 class NumberIssuer:
     """Numbers of one sequence and template in this process.
 
-    ``_gens`` maps the current period's stamp to its generator; a new period builds a new
-    generator (its row is made on first lease) and drops all but the previous one, whose
-    unused cached values become gaps. The lock is held only to build.
+    A template that restarts its counter per period takes its values from ``periods``
+    (:class:`~django_sequences.periods.Periods`: one generator per period); the issuer of the
+    definition's own template shares the registry's, so ``next_value`` counts in the same
+    rows. Any other template counts in the sequence's own row (``base``).
     """
 
     def __init__(
@@ -76,6 +73,7 @@ class NumberIssuer:
         template: Template,
         base: IdGenerator,
         chain: Chain | None,
+        periods: Periods | None = None,
     ) -> None:
         self.name = name
         self.using = using
@@ -83,29 +81,19 @@ class NumberIssuer:
         self.alias = alias
         self.template = template
         self.period = check_template(spec, strategy, template)
-        # the template stamps its finest period; a coarser reset keeps a prefix of it
-        self._cut = (
-            _STAMP_DIGITS[self.period] if self.period and self.period != template.period else None
-        )
-        self._strategy = strategy
+        if self.period is not None and (periods is None or periods.period != self.period):
+            periods = Periods(spec, alias, strategy, template, self.period)
+        self.periods = periods if self.period is not None else None
         self._base = base
         self._chain = chain
-        self._lock = threading.Lock()
-        self._gens: dict[str, IdGenerator] = {}
-        # the last period used and its generator ("" never matches a period's stamp)
-        self._last: tuple[str, IdGenerator] = ("", base)
         self.issue_one: Callable[[Any], str]
         """:meth:`issue` compiled for this issuer and its clock (``next_number`` calls it)."""
         self.clock = SYSTEM_CLOCK
-        forking.register(self)
-
-    def _after_fork_in_child(self) -> None:
-        # the generators reset themselves; a lock held by a parent thread is replaced
-        self._lock = threading.Lock()
 
     @property
     def clock(self) -> Clock:
-        """Where "now" comes from (tests inject their own)."""
+        """Where "now" comes from (tests inject their own; the per-period counters it shares
+        with ``next_value`` follow it)."""
         return self._clock
 
     @clock.setter
@@ -113,17 +101,17 @@ class NumberIssuer:
         self._clock = clock
         # the system clock's wall() is time.time(): call that, one frame less per number
         self._wall = time.time if clock is SYSTEM_CLOCK else clock.wall
+        if self.periods is not None:
+            self.periods.clock = clock
         self.issue_one = self._compile()
 
     def span(self, now: float) -> tuple[Frame, IdGenerator]:
         """The template's frame holding ``now`` (``start <= now < end``: every date the
         template shows, and so the period, stays the same through it) and the generator of
         that period."""
-        frame = self.template.frame_at(now)
-        if self.period is None:
-            return frame, self._base
-        stamp = frame.stamp if self._cut is None else frame.stamp[: self._cut]
-        return frame, self.generator(stamp)
+        if self.periods is None:
+            return self.template.frame_at(now), self._base
+        return self.periods.span(now)
 
     def _compile(self) -> Callable[[Any], str]:
         """:meth:`issue` as one function (``Template.compile_function``): the context's
@@ -175,28 +163,13 @@ class NumberIssuer:
 
     def stamp(self, now: float) -> str:
         """The stamp of the reset period holding ``now`` ("" without a reset)."""
-        if self.period is None:
-            return ""
-        stamp = self.template.period_stamp(now)
-        return stamp if self._cut is None else stamp[: self._cut]
+        return "" if self.periods is None else self.periods.stamp(now)
 
     def generator(self, stamp: str) -> IdGenerator:
         """The generator of period ``stamp`` ("" without periods)."""
-        if not stamp:
+        if not stamp or self.periods is None:
             return self._base
-        gen = self._gens.get(stamp)
-        if gen is None:
-            with self._lock:
-                gen = self._gens.get(stamp)
-                if gen is None:
-                    row_key = period_key(self.name, stamp)
-                    gen = self._strategy.build_keyed(self.spec, self.alias, row_key)
-                    stale = sorted(self._gens)[:-1]  # keep the newest other period
-                    for old in stale:
-                        del self._gens[old]
-                    self._gens[stamp] = gen
-        self._last = (stamp, gen)  # one tuple: read and replaced atomically
-        return gen
+        return self.periods.generator(stamp)
 
     def issue(self, context: Any = None) -> str:
         """One number; ``context`` is a mapping or an object (a model instance). The context
@@ -210,7 +183,7 @@ class NumberIssuer:
         template = self.template
         texts = template.context_texts(context)
         now = 0.0 if self.period is None and template.timeless else self._wall()
-        gen = self._base if self.period is None else self._gens.get(self.stamp(now))
+        gen = self._base if self.periods is None else self.periods.built(self.stamp(now))
         fast = getattr(gen, "try_take", None)
         if fast is None:
             return None
@@ -257,7 +230,7 @@ class NumberIssuer:
         ]
 
     def _take(self, count: int, now: float) -> range | list[int]:
-        gen = self._base if self.period is None else self.generator(self.stamp(now))
+        gen = self.generator(self.stamp(now))
         return gen.take(count) if count > 1 else [gen.next()]
 
     def _issue_plugged(self, count: int, contexts: list[Any]) -> list[str]:
@@ -328,6 +301,7 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
                 compiled,
                 built.raw,
                 built.chain,
+                built.periods if template is None else None,
             )
             if built.provisional:  # (registry.Build.provisional)
                 return found

@@ -24,20 +24,25 @@ from .core.base import IdGenerator, Issuing, SequenceSpec
 from .core.plugins import PluggedGenerator
 from .core.validation import check_name, check_using
 from .exceptions import SequenceError, SequenceNotFound
+from .periods import PeriodValues, periods_of
 from .sources.callers import committed_definition, joins_callers_transaction
 from .sources.connections import resolve_alias
 from .strategies import validate
 
 if TYPE_CHECKING:
     from .core.plugins import Chain
+    from .periods import Periods
     from .strategies import Strategy
 
 
 @dataclass(frozen=True, slots=True)
 class Build:
     """What the registry built for one (alias, sequence): the definition, its strategy, the
-    generator as it came from the strategy (``raw``), the one callers use (``generator``:
-    ``raw`` wrapped in the plugin chain when a plugin applies) and that chain."""
+    generator as it came from the strategy (``raw``, counting in the sequence's own row), the
+    one callers use (``generator``: ``raw``, or for a template that restarts per period the
+    current period's counter, :class:`~django_sequences.periods.PeriodValues`; wrapped in the
+    plugin chain when a plugin applies), that chain, and the per-period counters (``periods``,
+    which ``next_number`` takes from too)."""
 
     spec: SequenceSpec
     strategy: Strategy
@@ -48,6 +53,7 @@ class Build:
     """Built from a definition that only the caller's open transaction holds (SQLite: made
     inside it, ``sources.callers.in_own_transaction``): not kept, since a rollback (the end of
     a ``TestCase``) takes the definition away; built again at the next call."""
+    periods: Periods | None = None
 
 
 _generators: dict[str | None, dict[str, Issuing]] = {None: {}}
@@ -74,11 +80,13 @@ def _get_build(name: str, using: str | None) -> Build:
             return found
         spec, strategy, built = _build(name, using)
         raw = _issuing(built)
-        hooks = chain(name)
-        gen: Issuing = raw if hooks is None else PluggedGenerator(raw, hooks, using=using)
         alias = resolve_alias(using)
+        periods = periods_of(spec, alias, strategy)
+        values: Issuing = raw if periods is None else PeriodValues(periods)
+        hooks = chain(name)
+        gen: Issuing = values if hooks is None else PluggedGenerator(values, hooks, using=using)
         provisional = joins_callers_transaction(alias) and not committed_definition(alias, name)
-        made = Build(spec, strategy, raw, gen, hooks, provisional)
+        made = Build(spec, strategy, raw, gen, hooks, provisional, periods)
         if not provisional:
             _built[(using, name)] = made
             _generators.setdefault(using, {})[name] = gen

@@ -21,6 +21,10 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
+# a user's project with its own settings and tests, which tests/test_user_project.py runs in
+# processes of their own
+collect_ignore = ["project"]
+
 
 def pytest_report_header(config: pytest.Config) -> str:
     versions = f"Django {django.get_version()} on Python {platform.python_version()}"

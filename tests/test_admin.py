@@ -570,8 +570,8 @@ def test_an_empty_window_says_when_values_were_last_counted(admin_client: Client
 
 
 def test_a_snapshot_baseline_alone_counts_nothing_yet(admin_client: Client) -> None:
-    seq = defined("adm.baseline")
-    assert snapshot_leased() == {}  # the first snapshot: the baseline, no count
+    seq = Sequence.objects.define("adm.baseline", step=10)  # nothing leased yet
+    assert snapshot_leased() == {}  # the first snapshot: a sum of 0, no count
 
     _svg, hint = chart_and_hint(admin_client.get(status_url(seq)).content.decode())
 

@@ -439,6 +439,20 @@ def test_status_table_and_json(no_stats: None) -> None:
     assert strict["rows"] == 1
 
 
+def test_next_and_status_of_a_daily_template_use_the_numbers_counter(no_stats: None) -> None:
+    """sequences_next without --number prints the value the next number carries (the day's
+    row), and sequences_status shows that row's value with its period."""
+    Sequence.objects.define("cmd.day", template="D{date:%Y%m%d}{seq:04}", min_value=11)
+    (number,) = lines("sequences_next", "cmd.day", "--number")
+    assert lines("sequences_next", "cmd.day", "-n", "2") == ["12", "13"]
+    assert lines("sequences_next", "cmd.day", "--number") == [f"{number[:-4]}0014"]
+    day = number[1:9]
+    (row,) = table(run("sequences_status", "cmd.day"))
+    assert row["current"] == Status.IN_PERIOD.format(value=14, period=day)
+    (data,) = json.loads(run("sequences_status", "cmd.day", "--json"))
+    assert (data["current"], data["period"]) == (14, day)
+
+
 def test_status_of_a_sharded_sequence_and_expired_leases(no_stats: None) -> None:
     Sequence.objects.define("cmd.sharded", strategy="strict", options={"shards": 4}, max_value=1000)
     next_values("cmd.sharded", 5, key="chat-1")

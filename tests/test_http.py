@@ -188,11 +188,35 @@ def test_numbers_take_their_context_from_the_body_or_the_query(api: Client) -> N
     assert r.json()["numbers"] == ["021-6541-00004"]
 
 
+def test_query_parameters_of_numbers_are_count_or_context_entries(api: Client) -> None:
+    """A query parameter of numbers is count, a ctx.NAME context entry, or (the form before
+    the prefix) a name the template reads; any other is refused naming it, as an unknown body
+    field is: '?cout=5' issued one number, taking 'cout' for a context entry."""
+    Sequence.objects.define("waybill", template=WAYBILL)
+    r = post(api, "/ids/waybill/numbers?ctx.area=010&ctx.unit=6541&count=2")
+    assert r.json()["numbers"] == ["010-6541-00001", "010-6541-00002"], r.content
+    r = post(api, "/ids/waybill/numbers?area=010&ctx.unit=6541")
+    assert r.json()["numbers"] == ["010-6541-00003"], r.content
+    for query, says in (
+        ("ctx.area=010&ctx.unit=6541&cout=5", "Unknown query parameter(s) 'cout'"),
+        ("area=010&unit=6541&region=9&size=1", "Unknown query parameter(s) 'region', 'size'"),
+    ):
+        code, message = error_of(post(api, f"/ids/waybill/numbers?{query}"), 400)
+        assert code == "bad_request" and says in message, message
+        assert "ctx.NAME" in message
+    code, message = error_of(post(api, "/ids/waybill/numbers", {"cout": 5}), 400)
+    assert "Unknown field(s) 'cout'" in message  # the same typo in the body
+    assert post(api, "/ids/waybill/numbers?ctx.area=010&ctx.unit=6541").json()["numbers"] == [
+        "010-6541-00004"
+    ]
+
+
 def test_numbers_with_a_nested_context(api: Client) -> None:
     Sequence.objects.define("pick", template="{ctx.wh.code:2}-{seq:04}")
     assert post(api, "/ids/pick/numbers?wh.code=AB").json()["numbers"] == ["AB-0001"]
     r = post(api, "/ids/pick/numbers", {"context": {"wh": {"code": "CD"}}})
     assert r.json()["numbers"] == ["CD-0002"]
+    assert post(api, "/ids/pick/numbers?ctx.wh.code=EF").json()["numbers"] == ["EF-0003"]
 
 
 def test_explain_a_snowflake_value(api: Client) -> None:
@@ -217,6 +241,20 @@ def test_status_is_the_answering_process_view(api: Client) -> None:
     assert body["pid"] == os.getpid()
     assert body["issued"] == 5 and body["current"] == 6
     assert body["range"] == [1, 100]
+
+
+def test_values_and_status_of_a_daily_template_are_the_numbers_counter(api: Client) -> None:
+    """The values endpoint takes from the row the numbers of this day take from, and status
+    describes that counter and names the period (before: the undated row, a second counter)."""
+    Sequence.objects.define("order", template="SO{date:%Y%m%d}{seq:06}", min_value=1001)
+    first = post(api, "/ids/order/numbers").json()["numbers"][0]
+    values = post(api, "/ids/order/values", {"count": 2}).json()["values"]
+    after = post(api, "/ids/order/numbers").json()["numbers"][0]
+    assert (first[-6:], values, after[-6:]) == ("001001", [1002, 1003], "001004")
+    body = api.get("/ids/order/status").json()
+    assert (body["current"], body["issued"]) == (1005, 4)
+    assert body["details"]["period"] == first[2:10]
+    assert body["details"]["row"] == f"order:{first[2:10]}"
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -289,7 +327,10 @@ def test_405_for_the_wrong_method(api: Client) -> None:
         ("/ids/waybill/numbers", {"context": {"area": 1.5}}, None, "string or an integer"),
         ("/ids/waybill/numbers", {"context": ["010"]}, None, "JSON object"),
         ("/ids/waybill/numbers", {"context": {"using": "x"}}, None, "argument of next_numbers"),
-        ("/ids/waybill/numbers?a=1&a.b=2", None, None, "nests under 'a'"),
+        ("/ids/waybill/numbers?ctx.a=1&ctx.a.b=2", None, None, "nests under 'a'"),
+        ("/ids/waybill/numbers?cout=5", None, None, "Unknown query parameter(s) 'cout'"),
+        ("/ids/waybill/numbers?ids=string", None, None, "Unknown query parameter(s) 'ids'"),
+        ("/ids/waybill/numbers?ctx.count=5", None, None, "argument of next_numbers"),
         ("/ids/sf/explain/abc", None, None, "must be an integer"),
         ("/ids/order/explain/5", None, None, "plain counters"),
         ("/ids/sf/explain/99999999999999999999", None, None, "not a value of"),

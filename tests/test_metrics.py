@@ -144,6 +144,17 @@ def test_wrappers_count_their_own_values_once(installed: None) -> None:
     assert len(inner) >= 2  # each partition's inner definition leased
 
 
+def test_values_and_numbers_of_a_daily_template_are_counted_once(installed: None) -> None:
+    """next_value and next_number of a template that restarts daily take from one counter, the
+    day's: each value counts once, not again through the generator next_value goes through."""
+    Sequence.objects.define("met.day", step=10, template="D{date:%Y%m%d}{seq:04}")
+    for _ in range(5):
+        next_value("met.day")
+    for _ in range(3):
+        next_number("met.day")
+    assert value(scrape(), "django_sequences_values_issued_total", sequence="met.day") == 8
+
+
 def test_values_of_a_dropped_generator_are_counted_once(installed: None) -> None:
     """A reset of the registry (a settings change) drops the generators: what they issued
     since the last publish is counted at the next one, and never again."""

@@ -140,6 +140,20 @@ def test_snapshot_counts_what_was_leased_and_is_the_same_twice() -> None:
     assert list(leased.values_list("count", flat=True)) == [200]
 
 
+def test_the_first_snapshot_counts_what_was_leased_before_it() -> None:
+    """A sequence's first snapshot has nothing to compare with: it counts its whole sum in its
+    own minute, so the chart shows the values at once (it counted nothing, and the chart
+    filled only at the next snapshot, a minute later)."""
+    Sequence.objects.define("first", step=100)
+    for _ in range(3):
+        Segment.objects.lease("first")
+    assert lines("sequences_snapshot", "--no-prune") == ["leased first: 300"]
+    now = datetime.now(UTC)
+    assert stats.rate_series("first", minutes=1, now=now)[-1][1] in (300, 0)  # (0: next minute)
+    leased = IssueStat.objects.filter(sequence="first", source="leased")
+    assert list(leased.values_list("count", flat=True)) == [300]
+
+
 def test_snapshot_prunes_old_rows_when_asked_and_refuses_negative_days() -> None:
     old = stats.minute_of(datetime.now(UTC)) - timedelta(days=10)
     IssueStat.objects.create(sequence="gone", minute=old, source="leased", count=5)

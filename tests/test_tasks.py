@@ -356,26 +356,28 @@ def test_snapshot_counts_values_leased_per_minute_and_is_idempotent() -> None:
     Sequence.objects.define("b", step=10)
     Segment.objects.lease("a")
     Segment.objects.lease("a")
-    assert stats.snapshot_leased(now=minute(0)) == {}  # the first snapshot is the baseline
-    assert stat_rows("a") == [(minute(0), "leased:total", 200)]
+    # the first snapshot counts everything leased before it, in its own minute
+    assert stats.snapshot_leased(now=minute(0)) == {"a": 200}
+    assert stat_rows("a") == [(minute(0), "leased", 200), (minute(0), "leased:total", 200)]
     for _ in range(3):
         Segment.objects.lease("a")
     Segment.objects.lease("b")
     assert stats.snapshot_leased(now=minute(1) + timedelta(seconds=5)) == {"a": 300, "b": 10}
     assert stats.snapshot_leased(now=minute(1) + timedelta(seconds=50)) == {"a": 300, "b": 10}
     assert stat_rows("a") == [
+        (minute(0), "leased", 200),
         (minute(0), "leased:total", 200),
         (minute(1), "leased", 300),
         (minute(1), "leased:total", 500),
     ]
     Segment.objects.lease("a")  # later in the same minute: the minute is recomputed
     assert stats.snapshot_leased(now=minute(1) + timedelta(seconds=59)) == {"a": 400, "b": 10}
-    assert stat_rows("a")[1:] == [(minute(1), "leased", 400), (minute(1), "leased:total", 600)]
+    assert stat_rows("a")[2:] == [(minute(1), "leased", 400), (minute(1), "leased:total", 600)]
     assert stats.snapshot_leased(now=minute(2)) == {}  # nothing leased since: no rows
-    assert len(stat_rows("a")) == 3
+    assert len(stat_rows("a")) == 4
     assert stats.rate_series("a", minutes=4, now=minute(2)) == [
         (minute(-1), 0),
-        (minute(0), 0),
+        (minute(0), 200),
         (minute(1), 400),
         (minute(2), 0),
     ]

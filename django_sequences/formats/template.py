@@ -1453,6 +1453,12 @@ class Template:
         """Whether it has ``{ctx.NAME}`` parts (else :meth:`context_texts` is always ``()``)."""
         return bool(self._context_steps)
 
+    @property
+    def context_names(self) -> frozenset[str]:
+        """The top-level names of the context its ``{ctx.NAME}`` parts read (``{ctx.wh.code}``
+        reads ``wh``)."""
+        return frozenset(part.path[0] for _, part in self._context_steps)
+
     # time -----------------------------------------------------------------------------------
 
     def _make_frame(self, now: float | None) -> Frame:

@@ -33,6 +33,10 @@ from ..conf import app_settings
 from .plumbing import ApiError, Payload, bad_request, short
 
 _COUNT_RE = re.compile(r"[0-9]{1,19}\Z")
+#: The prefix of a query parameter of numbers that is a context entry: ``?ctx.area=010``.
+CONTEXT_PREFIX = "ctx."
+#: Arguments of ``next_numbers()`` itself, which a context entry of numbers cannot be named.
+RESERVED_CONTEXT = frozenset({"name", "count", "using"})
 
 
 def has_query(request: HttpRequest) -> bool:

@@ -26,6 +26,7 @@ from ..reservations import (
     MAX_REASON,  # the core refuses a longer reason
     MAX_TTL,
 )
+from .bodies import CONTEXT_PREFIX, RESERVED_CONTEXT
 from .schemas import (
     COMMON,
     ERROR_RESPONSES,
@@ -43,7 +44,14 @@ from .schemas import (
 
 OPENAPI_VERSION = "3.1.0"
 #: Version of this description (``info.version``); raise it when the API changes.
-API_VERSION = "2.0.0"
+API_VERSION = "2.1.0"
+
+
+#: A context entry in the query string of numbers: ``ctx.`` and a name as a template spells
+#: one (nested names are described in words: a key and its parent would be a 400).
+CONTEXT_QUERY_KEY = "^" + CONTEXT_PREFIX.replace(".", r"\.") + "[A-Za-z][A-Za-z0-9_]{0,63}$"
+#: ``ctx.`` and an argument of ``next_numbers()`` itself: never a context entry.
+RESERVED_QUERY_KEYS = [CONTEXT_PREFIX + name for name in sorted(RESERVED_CONTEXT)]
 
 
 def name_parameter() -> Doc:
@@ -57,24 +65,23 @@ def name_parameter() -> Doc:
     }
 
 
-def count_query() -> Doc:
-    return {
-        "name": "count",
-        "in": "query",
-        "required": False,
-        "description": "count in the query string, or in the body; not both.",
-        "schema": ref("schemas", "Count"),
-    }
-
-
-def ids_query(where: str = ", or in the body; not both") -> Doc:
+def ids_query() -> Doc:
     return {
         "name": "ids",
         "in": "query",
         "required": False,
-        "description": f"ids=string writes the answer's values as decimal strings{where}.",
+        "description": "ids=string writes the answer's values as decimal strings.",
         "schema": ref("schemas", "Ids"),
     }
+
+
+#: What the description of a POST says of its query string. Each field is described in one
+#: place, the body: OpenAPI cannot say "in the query string or in the body, not both", and a
+#: document listing both called valid a request the server refuses ('given in both').
+SHORTHAND = (
+    " The server also takes {fields} in the query string (?{example}), for hand-written "
+    "requests; not described as parameters here: a field given in both places is a 400."
+)
 
 
 def body(properties: Doc, example: Doc) -> Doc:
@@ -105,18 +112,10 @@ def values_path() -> Doc:
             "tags": ["sequences"],
             "summary": "Issue values",
             "description": "Issue count values (default 1), for a sub-key of a sharded "
-            "sequence if given. first and last are there when the values are contiguous.",
-            "parameters": [
-                count_query(),
-                {
-                    "name": "key",
-                    "in": "query",
-                    "required": False,
-                    "description": "The sub-key, here or in the body; not both.",
-                    "schema": ref("schemas", "Key"),
-                },
-                ids_query(),
-            ],
+            "sequence if given. first and last are there when the values are contiguous. For a "
+            "template that restarts per period, the values are the current period's: the seq "
+            "the next number would carry."
+            + SHORTHAND.format(fields="count, key and ids", example="count=5&ids=string"),
             "requestBody": body(
                 {
                     "count": ref("schemas", "Count"),
@@ -138,20 +137,26 @@ def numbers_path() -> Doc:
             "tags": ["sequences"],
             "summary": "Issue formatted numbers",
             "description": "Issue count numbers (default 1) of a sequence with a template. "
-            "The context its {ctx.NAME} parts read is the query string's parameters other than "
-            "count (?area=010; ?wh.code=AB nests, for {ctx.wh.code}), with the body's context "
-            "object over them.",
+            "The context its {ctx.NAME} parts read is the body's context object over the "
+            "query string's ctx.NAME parameters (?ctx.area=010; ?ctx.wh.code=AB nests, for "
+            "{ctx.wh.code}). Any other query parameter is a 400, but count, and a name the "
+            "template reads (?area=010, the form before the prefix)."
+            + SHORTHAND.format(fields="count", example="count=5"),
             "parameters": [
-                count_query(),
                 {
                     "name": "context",
                     "in": "query",
                     "required": False,
-                    "description": "Context entries as query parameters, one per entry "
-                    "(a dotted name nests).",
+                    "description": "Context entries as query parameters, one ctx.NAME "
+                    "parameter per entry (a dotted name nests).",
                     "style": "form",
                     "explode": True,
-                    "schema": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "schema": {
+                        "type": "object",
+                        "patternProperties": {CONTEXT_QUERY_KEY: {"type": "string"}},
+                        "propertyNames": {"not": {"enum": RESERVED_QUERY_KEYS}},
+                        "additionalProperties": False,
+                    },
                 },
             ],
             "requestBody": body(
@@ -188,7 +193,7 @@ def explain_path() -> Doc:
             "template: its text is read as a number first, then as a value. Plain counters' "
             "values have no parts (400); nor has text that matches neither (400). Needs the "
             "read operation.",
-            "parameters": [ids_query("")],
+            "parameters": [ids_query()],
             "responses": {
                 "200": ok("The parts.", ref("schemas", "Explained")),
                 **errors(*COMMON),
@@ -236,8 +241,8 @@ def reservations_path() -> Doc:
             "confirm or void it before then; it belongs to the token (another token settles "
             "or reads it only with settle_any). Other sequences are refused (400); so is more "
             "than the token's open reservations (409 too_many_open). The context of the number "
-            "is the body's context object (the query string takes only ids).",
-            "parameters": [ids_query()],
+            "is the body's context object (the query string takes only ids)."
+            + SHORTHAND.format(fields="ids", example="ids=string"),
             "requestBody": body(
                 {
                     "ttl": {
@@ -295,8 +300,8 @@ def settle_path(action: str) -> Callable[[], Doc]:
                 "summary": what[1],
                 "description": f"{what[1]} Needs settle for the token's own reservations, "
                 "settle_any for any other. Unknown, or not the token's: 404; expired or settled "
-                "already: 409 (nothing changes).",
-                "parameters": [ids_query()],
+                "already: 409 (nothing changes)."
+                + SHORTHAND.format(fields="ids", example="ids=string"),
                 "requestBody": request,
                 "responses": {
                     "200": ok("The reservation now.", ref("schemas", "Reservation")),
@@ -319,7 +324,7 @@ def reservation_path() -> Doc:
             "expired): how a client that lost the answer to a confirm or void learns whether "
             "it went through. Needs read; sees the token's own reservations (any, with "
             "settle_any).",
-            "parameters": [ids_query("")],
+            "parameters": [ids_query()],
             "responses": {
                 "200": ok("The reservation.", ref("schemas", "Reservation")),
                 **errors(*COMMON),
@@ -379,7 +384,8 @@ reservations (409) and the longest ttl (400). A reservation belongs to the token
 Errors are `{"error": {"code", "message"}}`; any URL under the prefix that is not an endpoint
 is a JSON 404, and any other method on a path a JSON 405 with an Allow header.
 A refused request consumes nothing. Snowflake values exceed 2^53: parse them as 64-bit integers,
-or ask for them as decimal strings with ids=string (query string, or "ids" in the body), or
+or ask for them as decimal strings with ids=string ("ids" in the body of a POST, the query
+string of a GET), or
 define the sequence with options {"preset": "js53"} (values below 2^53).
 """
 

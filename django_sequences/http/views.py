@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -47,9 +48,18 @@ from .. import get_sequence, next_numbers, next_values, registry
 from ..api import decode
 from ..exceptions import InvalidKey
 from ..formats.context import ContextKeyConflict, put_dotted
+from ..numbers import issuer
 from . import openapi as openapi_document
 from .access import endpoint
-from .bodies import count_of, has_query, ids_as_strings, json_body, refuse_unknown_query
+from .bodies import (
+    CONTEXT_PREFIX,
+    RESERVED_CONTEXT,
+    count_of,
+    has_query,
+    ids_as_strings,
+    json_body,
+    refuse_unknown_query,
+)
 from .limits import rates
 from .plumbing import (
     Payload,
@@ -63,8 +73,6 @@ from .plumbing import (
 
 #: Longest sub-key (as ``next_value(name, key=...)`` takes).
 MAX_KEY_LENGTH = 255
-#: Arguments of ``next_numbers()`` itself, which a context entry cannot be named.
-RESERVED_CONTEXT = frozenset({"name", "count", "using"})
 #: Deepest nesting of a context object (``{ctx.warehouse.code}`` needs 2).
 MAX_CONTEXT_DEPTH = 8
 _VALUE_RE = re.compile(r"-?[0-9]{1,20}\Z")
@@ -123,11 +131,11 @@ def values(request: HttpRequest, token: ApiToken, name: str) -> Payload:
 @endpoint("POST", needs=("issue",))
 def numbers(request: HttpRequest, token: ApiToken, name: str) -> Payload:
     """Issue ``count`` numbers (default 1) of sequence ``name``. The context that ``{ctx.NAME}``
-    parts read is the query string's parameters other than ``count`` (``a.b=x`` nests), with
-    the body's ``context`` object over them."""
+    parts read is the body's ``context`` object over the query string's ``ctx.NAME``
+    parameters (:func:`context_of`)."""
     body = json_body(request, ("count", "context"))
     count = count_of(request, body)
-    context = context_of(request, body)
+    context = context_of(request, body, lambda: _context_names(name))
     if not registry.spec(name, None).template:
         raise bad_request(
             f"Sequence {name!r} has no template: it issues values, not numbers. Use "
@@ -141,9 +149,16 @@ def numbers(request: HttpRequest, token: ApiToken, name: str) -> Payload:
         needs = "" if context else f"Sequence {name!r} needs a context for its numbers. "
         raise bad_request(
             f'{needs}{exc} Send the context as the body\'s "context" object '
-            f'(e.g. {{"context": {{"area": "010"}}}}) or as query parameters (?area=010).'
+            f'(e.g. {{"context": {{"area": "010"}}}}) or as query parameters (?ctx.area=010).'
         ) from None
     return {"sequence": name, "count": len(got), "numbers": got}
+
+
+def _context_names(name: str) -> frozenset[str]:
+    """The top-level context names sequence ``name``'s template reads (none without one)."""
+    if not registry.spec(name, None).template:
+        return frozenset()
+    return issuer(name).template.context_names
 
 
 @endpoint("GET", needs=("read",))
@@ -283,19 +298,37 @@ def _sibling(request: HttpRequest, endpoint: str) -> str:
 # --- the context of numbers ------------------------------------------------------------------
 
 
-def context_of(request: HttpRequest, body: Payload) -> dict[str, Any]:
-    """The query string's context (every parameter but ``count``) with the body's over it."""
+def context_of(
+    request: HttpRequest, body: Payload, reads: Callable[[], frozenset[str]]
+) -> dict[str, Any]:
+    """The context of numbers: the query string's ``ctx.NAME`` parameters (``ctx.wh.code``
+    nests), with the body's ``context`` object over them.
+
+    A query parameter without the prefix is read as a context entry only when the template
+    reads that name (``?area=010`` for ``{ctx.area}``, the form before the prefix; ``reads()``
+    gives the names, asked only when such a parameter comes): anything else but ``count`` is
+    a 400 naming it, so a typo (``?cout=5``) is refused as it is in the body, never taken for
+    a context entry the template does not read."""
     context: dict[str, Any] = {}
+    unknown: list[str] = []
+    names: frozenset[str] | None = None
     for key, value in request.GET.items() if has_query(request) else ():
         if key == "count":
             continue
-        if key.count(".") >= MAX_CONTEXT_DEPTH:  # before put_dotted builds a level for each
+        prefixed = key.startswith(CONTEXT_PREFIX)
+        dotted = key[len(CONTEXT_PREFIX) :] if prefixed else key
+        if dotted.count(".") >= MAX_CONTEXT_DEPTH:  # before put_dotted builds a level for each
             raise bad_request(
                 f"Query parameter {short(key)} nests deeper than {MAX_CONTEXT_DEPTH} levels "
                 f"(a context nests at most that deep)."
             )
+        if not prefixed:
+            names = reads() if names is None else names
+            if dotted.partition(".")[0] not in names:
+                unknown.append(key)
+                continue
         try:
-            put_dotted(context, key, value)
+            put_dotted(context, dotted, value)
         except ContextKeyConflict as exc:
             if exc.parent:
                 raise bad_request(
@@ -304,6 +337,12 @@ def context_of(request: HttpRequest, body: Payload) -> dict[str, Any]:
             raise bad_request(
                 f"Query parameter {key!r} nests under {exc.part!r}, a plain value."
             ) from None
+    if unknown:
+        raise bad_request(
+            f"Unknown query parameter(s) {', '.join(short(k) for k in sorted(unknown))}; this "
+            f"endpoint takes count and context entries as {CONTEXT_PREFIX}NAME "
+            f'(?{CONTEXT_PREFIX}area=010), or the context as the body\'s "context" object.'
+        )
     given = body.get("context", {})
     if not isinstance(given, dict):
         raise bad_request(

@@ -50,6 +50,7 @@ from ..core.plugins import PluggedGenerator
 from ..core.segment import SegmentGenerator
 from ..exceptions import ConfigurationError
 from ..models import Sequence
+from ..periods import PeriodValues
 from ..sources import rows
 from ..sources.connections import resolve_alias
 from . import capacity
@@ -186,17 +187,22 @@ def _raw(gen: Any) -> Any:
 
 
 def _live() -> dict[int, tuple[Any, str]]:
-    """Every generator this process holds, by id: the registry's, and the number issuers'
-    per-period ones (they are not in the registry), each with its sequence's name."""
+    """Every generator this process holds, by id, each with its sequence's name: the
+    registry's, with the per-period counters in place of a sequence's ``PeriodValues`` (which
+    only hands on their values), and the number issuers' (their own row's, and the per-period
+    ones of a template that is not the definition's)."""
     out: dict[int, tuple[Any, str]] = {}
     for alias, name in registry.loaded():
         found = registry.cached(name, alias)
         if found is not None:
             raw = _raw(found)
-            out[id(raw)] = (raw, name)
-    # (read, never changed: numbers keeps no public list of its period generators)
+            gens = raw.periods.generators() if isinstance(raw, PeriodValues) else [raw]
+            for gen in gens:
+                out[id(gen)] = (gen, name)
+    # (read, never changed: numbers keeps no public list of its issuers)
     for issuer in list(numbers._issuers.values()):
-        for gen in list(issuer._gens.values()):
+        periods = issuer.periods
+        for gen in [issuer._base, *(periods.generators() if periods is not None else ())]:
             raw = _raw(gen)
             out[id(raw)] = (raw, issuer.name)
     return out

@@ -21,7 +21,9 @@ from ..conf import app_settings
 from ..core.base import SequenceSpec
 from ..core.failover import FailoverGenerator
 from ..exceptions import SequenceError, SequenceNotFound
+from ..formats.keys import period_key
 from ..models import Segment, Sequence, WorkerLease
+from ..periods import current_stamp
 from ..sources import redisconn
 from ..sources.connections import on_private, resolve_alias, select
 from ..sources.workers import db_now
@@ -50,8 +52,10 @@ class SequenceOverview:
     cycle: bool
     #: counter rows (the sequence's own, shards, periods)
     rows: int
-    #: the largest committed value of its rows; None before the first lease, and for
-    #: strategies that do not count in rows (:data:`ROWLESS_STRATEGIES`)
+    #: the largest committed value of the rows its values come from now: all its rows, or for
+    #: a template that restarts per period, the current period's row (its shards'); None
+    #: before their first lease, and for strategies that do not count in rows
+    #: (:data:`ROWLESS_STRATEGIES`)
     current: int | None
     #: values left before its tightest bound of values (``ops.capacity``): this period's, for
     #: a template that restarts (``{seq:05}`` daily: 99,999 - used today), the fixed-width
@@ -65,6 +69,9 @@ class SequenceOverview:
     leases: int
     #: hosts holding them, sorted
     hosts: tuple[str, ...] = field(default=())
+    #: the stamp of the period ``current`` is of (``"20261122"``), for a template that restarts
+    #: per period; None for a counter that never restarts
+    period: str | None = None
     #: the inner stores of a wrapper (failover partitions, memory_bits' inner), probed now, as
     #: one line (``#0 default up 1200; #1 other DOWN``); None for other strategies
     partitions: str | None = None
@@ -121,6 +128,9 @@ def overview(
         .values_list("sequence_id", "n", "top")
         .order_by()
     }
+    periods = {n: _period(defs[n].spec()) for n in order}
+    for name, top in _period_tops(alias, periods).items():
+        counters[defs[name].pk] = (counters.get(defs[name].pk, (0, None))[0], top)
     now = db_now(connections[alias])  # expiry is judged by the database's clock
     holders: dict[str, list[str]] = {}
     for namespace, host in (
@@ -157,12 +167,42 @@ def overview(
                 rate=rates[name],
                 leases=len(hosts),
                 hosts=tuple(sorted(set(hosts))),
+                period=periods[name],
                 partitions=_health_line(health) if health else None,
                 partition_details=tuple(health),
                 capacity=tuple(found),
             )
         )
     return out
+
+
+def _period(spec: SequenceSpec) -> str | None:
+    """The stamp of the period ``spec``'s numbers (and values) count in now, or None (also for
+    a stored definition whose template no longer compiles: the overview still shows it)."""
+    try:
+        return current_stamp(spec)
+    except SequenceError:
+        return None
+
+
+def _period_tops(alias: str, periods: dict[str, str | None]) -> dict[str, int | None]:
+    """For each sequence with a period, the largest committed value of that period's row (and
+    its shards', ``name:<stamp>#i``): None before their first lease."""
+    keys = {name: period_key(name, stamp) for name, stamp in periods.items() if stamp}
+    if not keys:
+        return {}
+    found: dict[str, int | None] = dict.fromkeys(keys)
+    wanted = Q()
+    for key in keys.values():
+        wanted |= Q(key=key) | Q(key__startswith=f"{key}#")
+    owner = {key: name for name, key in keys.items()}
+    rows = Segment.objects.using(alias).filter(wanted, value__gte=F("min_value"))
+    for key, value in rows.values_list("key", "value"):
+        name = owner.get(key if key in owner else key.rpartition("#")[0])
+        if name is not None:
+            top = found[name]
+            found[name] = value if top is None else max(top, value)
+    return found
 
 
 def _remaining(limits: list[Capacity]) -> int | None:

@@ -84,9 +84,12 @@ def snapshot_leased(*, now: datetime | None = None, using: str | None = None) ->
     The sum of a sequence's rows (each row's ``value - min_value + 1``, the values leased from
     it) is compared with the sum of its latest earlier snapshot (``"leased:total"`` of an
     earlier minute); the growth is this minute's ``"leased"`` count. The first snapshot of a
-    sequence is its baseline and counts nothing. A sum that went down (period rows pruned, a
-    cycling sequence that wrapped) becomes the new baseline and counts nothing either. Returns
-    the minute's count per sequence, for sequences whose sum changed.
+    sequence has nothing to compare with: it counts the whole sum, everything leased before it,
+    in its own minute (so the chart shows the values a new project issued before its first
+    snapshot at once, not a minute later; a project that starts taking snapshots long after it
+    began issuing sees its history as one tall first bar). A sum that went down (period rows
+    pruned, a cycling sequence that wrapped) becomes the new baseline and counts nothing.
+    Returns the minute's count per sequence, for sequences whose sum changed.
 
     Safe twice, and twice at once: a snapshot compares with the latest sum *of an earlier
     minute*, which no run in this minute writes, and stores absolute values; a second run in
@@ -128,8 +131,8 @@ def snapshot_leased(*, now: datetime | None = None, using: str | None = None) ->
         if total == before and name not in current:
             continue  # nothing leased since the last snapshot: no rows
         rows.append(IssueStat(sequence=name, minute=minute, source=LEASED_TOTAL, count=total))
-        if before is not None and total > before:
-            counts[name] = total - before
+        if total > (before or 0):
+            counts[name] = total - (before or 0)
             rows.append(IssueStat(sequence=name, minute=minute, source=LEASED, count=counts[name]))
     _upsert(alias, rows)
     return counts

@@ -1,9 +1,11 @@
 """``manage.py sequences_status [NAME …]``: the issue's *status*: a table of the sequences.
 
 A thin wrapper over :func:`django_sequences.ops.overview.overview` (pure reads: it leases
-nothing and takes no worker id). ``remaining`` is what is left before the tightest bound of
-values (this period's, ``/day``, for a template that restarts); capacity warnings
-(``ops.capacity``) follow the table, and ``--capacity`` lists every limit of each sequence.
+nothing and takes no worker id). ``current`` is the current period's (``950 (20261122)``) for
+a template that restarts: the counter its numbers and values take from now. ``remaining`` is
+what is left before the tightest bound of values (this period's, ``/day``, for a template that
+restarts); capacity warnings (``ops.capacity``) follow the table, and ``--capacity`` lists
+every limit of each sequence.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Command(SequenceCommand):
     NO_SEQUENCES = "No sequences yet."
     NOTHING = "-"
     CYCLES = "cycles"
+    IN_PERIOD = "{value} ({period})"
     HOLDERS = "{count} ({hosts})"
     WARNINGS = "Capacity warnings (at {fraction} used or within {horizon}):"
     LIMITS = "Capacity (tightest first; warn at {fraction} used or within {horizon}):"
@@ -77,6 +80,11 @@ class Command(SequenceCommand):
             for text in warnings:
                 self.stdout.write(f"  {text}")
 
+    def current(self, o: SequenceOverview) -> str:
+        """The ``current`` cell: the value, and for a counter per period, which period's."""
+        shown = self.NOTHING if o.current is None else str(o.current)
+        return shown if o.period is None else self.IN_PERIOD.format(value=shown, period=o.period)
+
     def cells(self, o: SequenceOverview) -> tuple[str, ...]:
         """One row of the table, in the order of :attr:`COLUMNS`."""
         nothing = self.NOTHING
@@ -99,7 +107,7 @@ class Command(SequenceCommand):
         return (
             o.name,
             o.strategy,
-            nothing if o.current is None else str(o.current),
+            self.current(o),
             remaining,
             nothing if o.rate is None else f"{o.rate:g}",
             holders,
