@@ -315,7 +315,39 @@ class SequenceIntegerField(_SequenceFieldMixin, models.BigIntegerField):  # type
         return list(next_values(self.sequence, len(instances), using=self.using))
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        return [*super().check(**kwargs), *self._check_sequence()]
+        return [*super().check(**kwargs), *self._check_sequence(), *self._check_period()]
+
+    def _check_period(self) -> list[checks.CheckMessage]:
+        """A unique column of values of a sequence whose template restarts its counter every
+        period: the values start again each period, so the next period's first save would
+        collide with this one's (the numbers carry the date; the values do not)."""
+        from django.conf import settings
+
+        declared = getattr(settings, "DJANGO_SEQUENCES", {})
+        declared = declared.get("SEQUENCES", {}) if isinstance(declared, dict) else {}
+        opts = declared.get(self.sequence, {}) if isinstance(declared, dict) else {}
+        text = opts.get("template") if isinstance(opts, dict) else None
+        if not self.unique or not text or opts.get("reset") == "never":
+            return []
+        try:
+            period = compile_template(SequenceSpec(name=self.sequence, template=str(text))).period
+        except (InvalidDefinition, SequenceError):
+            return []  # the sequence's own checks say what is wrong with it
+        if period is None:
+            return []
+        return [
+            checks.Error(
+                f"SequenceIntegerField(sequence={self.sequence!r}) is unique, but the "
+                f"sequence's template {text!r} restarts its counter every {period}: its values "
+                f"start again each {period} and would collide.",
+                hint=(
+                    "Store the number (SequenceField), or give the sequence reset='never' so "
+                    "one counter runs on, or make the column not unique."
+                ),
+                obj=self,
+                id="django_sequences.E018",
+            )
+        ]
 
 
 class _Sentinel:

@@ -249,3 +249,23 @@ def test_a_copied_row_gets_a_new_number() -> None:
     copied.save()
     assert Order.objects.get(pk=copied.pk).number == "SO-BY-HAND-1"
     assert Order.objects.count() == 4
+
+
+@isolate_apps("testproject.shop")
+def test_a_unique_integer_column_of_a_per_period_sequence_is_refused() -> None:
+    """shop.order's template restarts its counter every day: its values start again at 1
+    each day, so a unique column of them would collide the next day."""
+
+    class Daily(models.Model):  # noqa: DJ008
+        value = SequenceIntegerField(sequence="shop.order")
+        kept = SequenceIntegerField(sequence="shop.order", unique=False)
+        plain = SequenceIntegerField(sequence="order")
+
+        class Meta:
+            app_label = "shop"
+
+    ids = {
+        name: [m.id for m in Daily._meta.get_field(name).check()]
+        for name in ("value", "kept", "plain")
+    }
+    assert ids == {"value": ["django_sequences.E018"], "kept": [], "plain": []}
