@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
@@ -270,16 +271,21 @@ def test_preview_endpoint_returns_the_next_numbers_as_json_and_consumes_nothing(
     before = Segment.objects.values_list("value", "version").get(key="adm.preview")
 
     response = admin_client.post(
-        preview_url(), {"object_id": str(seq.pk), "template": "QJ{seq:08}", "step": "10"}
+        preview_url(), {"object_id": str(seq.pk), "template": "SO{seq:06,grow}", "step": "10"}
     )
+    # what saving would refuse (another template once numbers were issued) is not previewed
+    refused = admin_client.post(
+        preview_url(), {"object_id": str(seq.pk), "template": "QJ{seq:08}", "step": "10"}
+    ).json()
 
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
     data = response.json()
     assert data["ok"] is True
-    assert data["numbers"] == [f"QJ{v:08}" for v in range(11, 16)]
+    assert data["numbers"] == [f"SO{v:06}" for v in range(11, 16)]
     assert data["values"] == ["11", "12", "13", "14", "15"]  # strings: BIGINTs survive JS
     assert data["rows"] == ["adm.preview"]
+    assert refused["ok"] is False and "template cannot change" in refused["error"]
     assert Segment.objects.values_list("value", "version").get(key="adm.preview") == before
     assert Sequence.objects.get(pk=seq.pk).template == "SO{seq:06}"  # nothing saved
 
@@ -413,7 +419,7 @@ def test_a_bad_template_is_shown_in_the_form_with_its_caret(admin_client: Client
     [
         ({"min_value": 50, "max_value": 50}, "min_value", "Min value must be below max value"),
         ({"step": 0}, "step", "Step must be at least 1"),
-        ({"max_value": 5}, "max_value", "leased values up to 10 already"),
+        ({"max_value": 5}, "max_value", "max value cannot go below 10"),
         ({"step": "x"}, "step", "Enter a whole number."),
         ({"reset": "hour"}, "__all__", "shows no whole year"),
     ],
@@ -470,17 +476,12 @@ def test_an_edit_is_saved_and_reaches_the_counter_rows(admin_client: Client) -> 
     seq = defined("adm.edit", template="SO{seq:06}")
 
     response = admin_client.post(
-        change_url(seq),
-        form_data(seq, step=25, max_value=500_000, template="SO{seq:06}{check:luhn}"),
+        change_url(seq), form_data(seq, step=25, max_value=500_000, template="SO{seq:06,grow}")
     )
 
     assert response.status_code == 302
     stored = Sequence.objects.get(pk=seq.pk)
-    assert (stored.step, stored.max_value, stored.template) == (
-        25,
-        500_000,
-        "SO{seq:06}{check:luhn}",
-    )
+    assert (stored.step, stored.max_value, stored.template) == (25, 500_000, "SO{seq:06,grow}")
     assert Segment.objects.values_list("step", "max_value", "value").get(key="adm.edit") == (
         25,
         500_000,
@@ -980,6 +981,58 @@ def test_regression_a_new_reset_period_in_the_admin_issued_todays_numbers_again(
     assert Sequence.objects.get(pk=seq.pk).reset == ""
     registry.reset()
     assert not set(next_numbers("adm.period", 3)) & set(issued)
+
+
+def test_regression_the_admin_saved_a_template_change_that_provisioning_refuses(
+    admin_client: Client,
+) -> None:
+    """The admin saved {seq:06} -> {seq:07} on a sequence that had issued; provisioning's
+    --update refused the same change, so every --update failed from then on. The admin now
+    applies the rule provisioning and sequences_define apply: a wider field is refused next
+    to the template (it would change how the numbers issued read), the one template change
+    allowed (the field grows) is saved, and --update then says what to declare."""
+    from django.core.management import CommandError, call_command
+
+    from django_sequences import next_number, parse_number
+    from django_sequences.exceptions import InvalidDefinition
+
+    declared = {"adm.prov": {"step": 10, "template": "A{seq:06}"}}
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": declared}):
+        call_command("sequences_provision", stdout=StringIO())
+    seq = Sequence.objects.get(name="adm.prov")
+    first = next_number("adm.prov")
+
+    wider = admin_client.post(change_url(seq), form_data(seq, template="A{seq:07}"))
+    [error] = wider.context["adminform"].form.errors["template"]
+    assert "template cannot change ('A{seq:06}' -> 'A{seq:07}')" in error
+    assert "'A{seq:06,grow}'" in error  # what may be typed instead
+    with pytest.raises(InvalidDefinition, match=r"template cannot change"):
+        Sequence.objects.define_or_update("adm.prov", template="A{seq:07}")
+    assert Sequence.objects.get(pk=seq.pk).template == "A{seq:06}"
+
+    grown = admin_client.post(change_url(seq), form_data(seq, template="A{seq:06,grow}"))
+    assert grown.status_code == 302
+    assert parse_number("adm.prov", first)["seq"] == 1  # the numbers issued read as before
+
+    both = {**declared, "adm.other": {"step": 10}}
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": both}):
+        out = StringIO()
+        call_command("sequences_provision", stdout=out)  # a difference, reported: exit 0
+        assert "adm.prov: template: 'A{seq:06,grow}' -> 'A{seq:06}'" in out.getvalue()
+        with pytest.raises(CommandError) as refused:
+            call_command("sequences_provision", "--update", stdout=StringIO())
+    said = str(refused.value)
+    assert "not updated adm.prov" in said and "template cannot change" in said
+    assert "declare what is stored (template='A{seq:06,grow}')" in said
+    assert "DJANGO_SEQUENCES['SEQUENCES']['adm.prov']" in said
+    assert Sequence.objects.filter(name="adm.other").exists()  # the others were provisioned
+    assert Sequence.objects.get(pk=seq.pk).template == "A{seq:06,grow}"
+
+    reconciled = {**both, "adm.prov": {"step": 10, "template": "A{seq:06,grow}"}}
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": reconciled}):
+        out = StringIO()
+        call_command("sequences_provision", "--update", stdout=out)
+    assert out.getvalue().splitlines() == ["adm.prov: up to date", "adm.other: up to date"]
 
 
 # --- reservations (issue 16) --------------------------------------------------------------------

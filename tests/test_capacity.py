@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from django_sequences import next_number, next_numbers, next_value, next_values
 from django_sequences.checks import check_capacity
+from django_sequences.exceptions import InvalidDefinition
 from django_sequences.models import IssueStat, Segment, Sequence, WorkerLease
 from django_sequences.ops.capacity import Capacity, _period_end, capacities, capacity, duration
 from django_sequences.ops.overview import overview
@@ -85,7 +86,30 @@ def test_seq03_daily_warns_at_800_and_not_at_700() -> None:
     (msg,) = w020()
     assert msg.obj == "sequence cap.daily"
     assert "800 of the 999 values of {seq:03} per day" in msg.msg
-    assert "{seq:04}" in msg.msg  # says what to change
+    assert "'D{date:%Y%m%d}{seq:03,grow}'" in msg.msg  # says what to change
+
+
+def test_w020_advises_only_a_change_the_redefinition_rule_allows() -> None:
+    """W020 advised "Widen the field to {seq:04}, or reset the counter more often", two changes
+    that define_or_update and provisioning refuse once numbers were issued (only the admin let
+    them through). It offers the one template change allowed, which is then accepted; where
+    the field cannot grow it says to define a successor."""
+    Sequence.objects.define("cap.grows", strategy="strict", template=DAILY3)
+    # grown, its field would run into the free text after it: numbers could not be told apart
+    Sequence.objects.define("cap.fixed", strategy="strict", template="{seq:03}{ctx.area}")
+    next_numbers("cap.grows", 800)
+    next_numbers("cap.fixed", 800, area="north")
+    found = {m.obj: m.msg for m in w020()}
+    grows, fixed = found["sequence cap.grows"], found["sequence cap.fixed"]
+    assert "Widen" not in grows and "reset the counter" not in grows
+    for refused in ("D{date:%Y%m%d}{seq:04}", "D{date:%Y%m%d%H}{seq:03}"):  # wider; hourly
+        with pytest.raises(InvalidDefinition, match="template cannot change"):
+            Sequence.objects.define_or_update("cap.grows", template=refused)
+    advised = "D{date:%Y%m%d}{seq:03,grow}"
+    assert f"template {advised!r}" in grows
+    assert Sequence.objects.define_or_update("cap.grows", template=advised).applied
+    assert len(next_number("cap.grows")) == len("D20260101") + 3  # the field, as before
+    assert "define a successor sequence" in fixed and "grow" not in fixed
 
 
 def test_a_new_period_starts_from_nothing() -> None:

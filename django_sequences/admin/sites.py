@@ -239,7 +239,8 @@ class SequenceAdmin(admin.ModelAdmin):
         try:
             found = preview(obj.spec(), using=obj._state.db or router.db_for_read(Segment))
         except (SequenceError, ValueError) as exc:
-            body = format_html('<p class="dsq-preview-error errornote">{}</p>', for_people(exc))
+            # a <pre>: the caret line under a template lines up only in a monospace font
+            body = format_html('<pre class="dsq-preview-error errornote">{}</pre>', for_people(exc))
         else:
             body = preview_html(found)
         return format_html(

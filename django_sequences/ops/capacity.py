@@ -30,7 +30,6 @@ Reads only, on the database of the definitions: nothing is leased, no worker id 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -48,6 +47,7 @@ from ..core.validation import BIGINT_MAX
 from ..exceptions import SequenceError, SequenceNotFound
 from ..formats.keys import period_key, shard_keys
 from ..models import IssueStat, Segment, Sequence, WorkerLease
+from ..redefinition import grown_template
 from ..sources.connections import resolve_alias
 from ..sources.workers import db_now
 from ..strategies.timebased import SnowflakeStrategy, TimestampStrategy
@@ -252,7 +252,7 @@ def _counters(spec: SequenceSpec, now: datetime) -> list[_Counter]:
     shards = spec.options.get("shards", 1) if spec.strategy == "strict" else 1
     shards = shards if isinstance(shards, int) and shards >= 1 else 1
     base, period, period_end = spec.name, None, None
-    field: tuple[int, str, str] | None = None  # (largest counter, spelled, suggestion)
+    field: tuple[int, str, str | None] | None = None  # (largest counter, spelled, grown)
     if spec.template:
         template = compile_template(spec)
         period = reset_period(spec, template)
@@ -262,16 +262,21 @@ def _counters(spec: SequenceSpec, now: datetime) -> list[_Counter]:
         seq = template._seq  # the sequence part: its width is the bound (formats/template.py)
         if seq.limit < BIGINT_MAX:
             # a sharded strict sequence shows counter * shards + shard
-            field = ((seq.limit - shards + 1) // shards, seq.spelled, _wider(seq.spelled))
+            top = (seq.limit - shards + 1) // shards
+            field = (top, seq.spelled, grown_template(spec))
     keys = shard_keys(base, shards)
     per = f" per {period}" if period else ""
     out: list[_Counter] = []
     if field is not None and field[0] < spec.max_value:
-        top, spelled, wider = field
+        top, spelled, grown = field
+        # only what the rule of redefinition allows once a sequence issued: the field may grow
+        # (a wider field, another template or another reset period would be refused)
         advice = (
-            f"Widen the field to {wider} (or add ',grow'), or reset the counter more often."
-            if wider
-            else "Reset the counter more often, or use a wider field."
+            f"Let its field grow: template {grown!r} writes the numbers issued as before and "
+            f"takes more digits where {spelled} is full."
+            if grown
+            else "Its template cannot change once it issued: define a successor sequence whose "
+            "field holds more values, and move to it before then."
         )
         if top - spec.min_value + 1 >= 1:
             out.append(
@@ -511,15 +516,6 @@ def rate_function(alias: str, now: datetime | None = None) -> Callable[[str], fl
 
 
 # --- words ---------------------------------------------------------------------------------
-
-
-def _wider(spelled: str) -> str:
-    """``{seq:03}`` -> ``{seq:04}`` (one more character), or "" when it has no width."""
-    found = re.search(r"(?<=[:,])0\d+", spelled)
-    if found is None:
-        return ""
-    width = int(found.group(0)) + 1
-    return f"{spelled[: found.start()]}0{width}{spelled[found.end() :]}"
 
 
 def _period_end(period: str, tz: tzinfo, now: datetime) -> datetime:
