@@ -8,6 +8,7 @@ import hashlib
 import re
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
+import django_sequences
 from django_sequences import next_values, reservations
 from django_sequences.admin.charts import chart_svg, count_text
 from django_sequences.admin.preview import parse_context, upcoming
@@ -39,6 +41,8 @@ from django_sequences.ops.stats import minute_of, snapshot_leased
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CHANGELIST = "admin:django_sequences_sequence_changelist"
+#: The app's static files (admin.css, preview.js).
+STATIC = Path(django_sequences.__file__).parent / "static" / "django_sequences"
 
 
 def change_url(seq: Sequence) -> str:
@@ -1092,3 +1096,154 @@ def test_the_sequence_form_edits_the_voided_policy(admin_client: Client) -> None
     assert seq.voided == "reuse"
     bad = admin_client.post(change_url(seq), form_data(seq, voided="later"))
     assert bad.status_code == 200 and "voided" in bad.context["adminform"].form.errors
+
+
+# --- the app's own pages under the installed Django (5.2 and 6.x) -----------------------------
+
+
+def breadcrumb_tag(html: str) -> str:
+    """The opening tag of a page's breadcrumbs: ``<ol class="breadcrumbs">`` (Django 6) or
+    ``<div class="breadcrumbs">`` (5.2)."""
+    found = re.findall(r'<(?:ol|div) class="breadcrumbs">', html)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_the_apps_pages_write_breadcrumbs_as_the_installed_django_does(
+    admin_client: Client,
+) -> None:
+    """The status, audit, set-value, reset-confirmation and token pages wrote a
+    ``<div class="breadcrumbs">``, which Django 6's stylesheet no longer styles (its own pages
+    write an ``<ol>``): each now writes what Django's own change form writes, under 5.2 and 6.x."""
+    import django
+
+    seq = defined("adm.crumbs", strategy="strict", template="C{seq:04}")
+    reservations.reserve_number("adm.crumbs")
+    row = Segment.objects.get(key="adm.crumbs")
+    django_own = breadcrumb_tag(admin_client.get(change_url(seq)).content.decode())
+    assert django_own == (
+        '<ol class="breadcrumbs">' if django.VERSION >= (6, 0) else '<div class="breadcrumbs">'
+    )
+    changelist = reverse(CHANGELIST)
+    pages = {
+        "Status": admin_client.get(status_url(seq)),
+        "Audit of adm.crumbs": admin_client.get(
+            reverse("admin:django_sequences_reservation_audit", args=["adm.crumbs"])
+        ),
+        "Set value": admin_client.get(set_value_url(row)),
+        "Reset series": admin_client.post(
+            changelist, {"action": "reset_series", "_selected_action": [seq.pk]}
+        ),
+        "dsq_": admin_client.post(
+            reverse("admin:django_sequences_apitoken_add"),
+            {"name": "crumbs", "sequences": "*", "operations": ["issue"], "is_active": "on"},
+        ),
+    }
+    for last, response in pages.items():
+        assert response.status_code == 200, last
+        html = response.content.decode()
+        assert breadcrumb_tag(html) == django_own, last
+        trail = html[
+            html.index(django_own) : html.index(
+                "</ol>" if "<ol" in django_own else "</div>", html.index(django_own)
+            )
+        ]
+        assert f'<a href="{reverse("admin:index")}">Home</a>' in trail, last
+        if django_own.startswith("<ol"):
+            [current] = re.findall(r'<li aria-current="page">([^<]*)</li>', trail)
+            assert current.startswith(last.removeprefix("dsq_")) or last == "dsq_", trail
+            assert "&rsaquo;" not in trail
+        else:
+            assert "&rsaquo;" in trail and "<li" not in trail
+    status_trail = pages["Status"].content.decode()
+    assert f'<a href="{change_url(seq)}">adm.crumbs</a>' in status_trail
+
+
+def test_the_audit_summary_is_readable_and_says_which_values_it_audited(
+    admin_client: Client,
+) -> None:
+    """The summary's 'gaps 0' and 'duplicates 0' were coloured with a background colour
+    (--message-success-bg, a pale green: nearly invisible as text) and its 'values' row showed
+    '— … —' (the bounds asked for, none) instead of the values audited."""
+    Sequence.objects.define("adm.audit", strategy="strict", template="A{seq:04}")
+    made = [reservations.reserve_number("adm.audit") for _ in range(3)]
+    made[0].confirm()
+    url = reverse("admin:django_sequences_reservation_audit", args=["adm.audit"])
+
+    html = admin_client.get(url).content.decode()
+    narrowed = admin_client.get(url + "?from=2&to=3").content.decode()
+
+    def cell(page: str, cell_id: str) -> str:
+        found = re.search(rf'<td id="{cell_id}"[^>]*>([^<]*)</td>', page)
+        assert found, page
+        return found.group(1)
+
+    assert cell(html, "dsq-audit-values") == "1 … 3"
+    assert cell(narrowed, "dsq-audit-values") == "2 … 3"
+    assert cell(html, "dsq-audit-gap-count") == "0"
+    assert cell(html, "dsq-audit-duplicate-count") == "0"
+    assert 'id="dsq-audit-gap-count" class="dsq-ok"' in html
+    # every text colour of the page and of admin.css is a text colour, not a background's
+    styles = html + (STATIC / "admin.css").read_text()
+    colours = re.findall(r"(?<![-\w])color:\s*var\((--[\w-]+)", styles)
+    assert colours and not [c for c in colours if c.endswith("-bg")], colours
+    assert re.search(r"\.dsq-ok \{ color: var\(--body-fg", html)
+
+
+def test_the_preview_error_puts_its_caret_under_the_bad_character(admin_client: Client) -> None:
+    """The preview's error was a <p> in a form row, which Django's '.form-row p' rule sets in
+    the proportional font: its caret line sat left of the bad '{'. It is a <pre> now (the
+    server's and preview.js's), and the caret's column is the character's."""
+    seq = defined("adm.caretpos", template="SO{seq:06}")
+    # a stored template naming a custom part the settings do not register (a restored dump)
+    Sequence.objects.filter(pk=seq.pk).update(template="SO-{date:%Y}{nope:3}{seq:06}")
+
+    html = admin_client.get(change_url(seq)).content.decode()
+
+    found = re.search(r'<pre class="dsq-preview-error errornote">([^<]*)</pre>', html)
+    assert found, html
+    *_, line, caret = found.group(1).splitlines()
+    assert caret.strip() == "^"
+    assert line[caret.index("^")] == "{" and line[caret.index("^") :].startswith("{nope:3}")
+    script = (STATIC / "preview.js").read_text()
+    assert 'el("pre", "dsq-preview-error errornote"' in script
+    css = (STATIC / "admin.css").read_text()
+    assert re.search(
+        r"#dsq-preview \.dsq-preview-error \{[^}]*font-family: var\(--font-family-monospace", css
+    )
+
+
+def test_a_per_day_counter_says_whether_it_runs_out_or_the_day_ends_first() -> None:
+    """'982,999 left today, out in 31 h' at a rate that would use the 982,999 in 23 h: the day
+    ended first (in 8 h) and the 31 h were the next day's counter running out. The text says
+    which comes first: the day's end (the count starts again) or the count's end."""
+    from datetime import UTC, datetime
+
+    from django_sequences.admin.charts import fill_bar
+    from django_sequences.admin.columns import left_of_capacity
+    from django_sequences.ops.capacity import compute
+
+    seq = Sequence.objects.define(
+        "adm.perday", strategy="strict", template="D{date:%Y%m%d}{seq:06}"
+    )
+    Segment.objects.create(
+        sequence=seq, key="adm.perday:20260310", value=17_000, min_value=1, max_value=seq.max_value
+    )
+    at_four = datetime(2026, 3, 10, 16, 0, tzinfo=UTC)  # the day (UTC) ends in 8 h
+    per_minute = 982_999 / (23 * 3600) * 60  # today's 982,999 would last 23 h
+
+    def shown(rate: float, now: datetime) -> str:
+        (tight, *_) = compute([seq.spec()], "default", rates={"adm.perday": rate}, now=now)[
+            "adm.perday"
+        ]
+        return re.sub(r"<[^>]+>", "", str(fill_bar(left_of_capacity(tight))))
+
+    ends_first = shown(per_minute, at_four)
+    assert ends_first.startswith("982,999 left today the day ends first, in 8.0 h")
+    assert "; a later one runs out in 31 h" in ends_first  # a whole day lasts 23.3 h of a day
+    assert "out in 31 h" not in ends_first.replace("runs out in 31 h", "")
+    # at three times the rate today's count is gone in 7.7 h, before the day ends
+    assert "left today out in 7.7 h, before the day ends" in shown(3 * per_minute, at_four)
+    # slow enough for a whole day: only the day's end
+    slow = shown(per_minute / 2, at_four)
+    assert "the day ends first, in 8.0 h" in slow and "runs out" not in slow

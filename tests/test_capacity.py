@@ -372,3 +372,43 @@ def test_period_ends_by_the_wall_clock_across_dst() -> None:
     assert _period_end("year", berlin, noon) == datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
     december = datetime(2026, 12, 20, tzinfo=UTC)
     assert _period_end("month", berlin, december) == datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
+
+
+def test_a_per_period_runway_says_whether_the_count_or_the_period_ends_first() -> None:
+    """A per-day count at a rate that would use today's 982,999 values in 23 h, 8 h before
+    midnight, was reported as 'out in 31 h' (the next day's count running out) next to today's
+    count. The period's end comes first: the count starts again then, and the summary, the
+    status line and the warning say so, with when a later day's count runs out."""
+    from django_sequences.ops.capacity import compute, runway_words
+
+    seq = Sequence.objects.define(
+        "cap.perday", strategy="strict", template="D{date:%Y%m%d}{seq:06}"
+    )
+    Segment.objects.create(
+        sequence=seq, key="cap.perday:20260310", value=17_000, min_value=1, max_value=seq.max_value
+    )
+    now = datetime(2026, 3, 10, 16, 0, tzinfo=UTC)  # testproject's TIME_ZONE is UTC
+    rate = 982_999 / (23 * 3600) * 60
+
+    def tight(per_minute: float) -> Capacity:
+        return compute([seq.spec()], "default", rates={"cap.perday": per_minute}, now=now)[
+            "cap.perday"
+        ][0]
+
+    day_first = tight(rate)
+    assert (day_first.period_ends_first, day_first.period_left_seconds) == (True, 8 * 3600)
+    assert day_first.runway_seconds == pytest.approx(8 * 3600 + 999_999 / (rate / 60))
+    assert runway_words(day_first) == "the day ends first, in 8.0 h; a later day's runs out in 31 h"
+    assert day_first.summary().endswith(
+        "(982,999 left), the day ends first, in 8.0 h; a later day's runs out in 31 h"
+    )
+    assert (
+        day_first.warning
+        and "at the measured rate: the day ends first, in 8.0 h" in day_first.warning
+    )
+    count_first = tight(3 * rate)
+    assert not count_first.period_ends_first
+    assert runway_words(count_first) == "out in 7.7 h, before the day ends"
+    calm = tight(rate / 2)  # a whole day's values last the day
+    assert (calm.period_ends_first, calm.runway_seconds, calm.warning) == (True, None, None)
+    assert runway_words(calm) == "the day ends first, in 8.0 h"
