@@ -205,8 +205,12 @@ def template_change(stored: SequenceSpec, new: SequenceSpec) -> str | None:
 
 
 def _seq_field(spec: SequenceSpec) -> Any:
-    """The only sequence field of ``spec``'s template, or None (it has several)."""
-    template = compile_template(spec)
+    """The only sequence field of ``spec``'s template, or None (it has several, or it does not
+    compile now: a stored template naming a part the settings no longer register)."""
+    try:
+        template = compile_template(spec)
+    except InvalidDefinition:
+        return None
     # the compiled parts are the template compiler's own; the rule reads them, and changes none
     fields = [p for p in template._parts if p.name == "seq"]
     return fields[0] if len(fields) == 1 else None

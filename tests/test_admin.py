@@ -1247,3 +1247,19 @@ def test_a_per_day_counter_says_whether_it_runs_out_or_the_day_ends_first() -> N
     # slow enough for a whole day: only the day's end
     slow = shown(per_minute / 2, at_four)
     assert "the day ends first, in 8.0 h" in slow and "runs out" not in slow
+
+
+def test_a_stored_template_that_no_longer_compiles_is_refused_not_a_server_error(
+    admin_client: Client,
+) -> None:
+    """A stored template naming a part the settings do not register (a restored dump): an
+    edit of its template is weighed by the rule of changes without compiling it again."""
+    seq = defined("adm.dump", template="SO{seq:06}")
+    Sequence.objects.filter(pk=seq.pk).update(template="SO{nope:3}{seq:06}")
+    seq.refresh_from_db()
+
+    response = admin_client.post(change_url(seq), form_data(seq, template="SO{seq:06,grow}"))
+
+    assert response.status_code == 200
+    [error] = response.context["adminform"].form.errors["template"]
+    assert "template cannot change" in error and "the one change allowed" not in error
