@@ -23,14 +23,18 @@ from typing import Any
 from django.apps import apps
 from django.db import IntegrityError, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Max
 
-from .conf import SEQUENCE_FIELDS, VOIDED_POLICIES, app_settings, sequence_defaults
+from .conf import SEQUENCE_FIELDS, SETTING, VOIDED_POLICIES, app_settings, sequence_defaults
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
 from .exceptions import InvalidDefinition, SequenceNotFound
 from .formats import keys as row_keys
 from .formats.obfuscation import new_salt
+
+# the rule of what may change once a series issued (models.py imports the last two from here)
+from .redefinition import check_redefinition
+from .redefinition import has_issued as has_issued
+from .redefinition import period_change as period_change
 from .sources.callers import in_own_transaction
 from .sources.connections import insert, on_private, resolve_alias, select
 from .sources.rows import marked_salt, row_for
@@ -45,28 +49,8 @@ Definition = Any
 
 log = logging.getLogger("django_sequences.series")
 
-#: Options that only tune how a strategy works (sizes, timeouts); every other option says
-#: where or how values are made, so changing it after a sequence issued could repeat values.
-TUNING_OPTIONS = frozenset(
-    {
-        "min_step",
-        "max_step",
-        "lease_seconds",
-        "gapless",
-        "rescue_after",
-        "timeout_ms",
-        "timeout_count",
-        "timeout_window",
-        "reserve_ms",
-        "max_blocks",
-        "retry_after",
-        "window",
-        "chunk",
-        "per_second_limit",
-    }
-)
-#: Strategies whose counter rows tell whether they issued anything (the others are assumed to).
-ROW_STRATEGIES = frozenset({"segment", "strict", "redis", "redis_segment"})
+#: Where provisioning's update takes a definition from.
+DECLARATION = "its declaration"
 
 
 def _model(name: str) -> Any:
@@ -82,6 +66,7 @@ def provision_details(
     using: str | None = None,
     dry_run: bool = False,
     update: bool = False,
+    keep_going: bool = False,
 ) -> list[Provisioned]:
     """:meth:`SequenceManager.provision_details
     <django_sequences.managers.SequenceManager.provision_details>` of manager ``objects``."""
@@ -102,6 +87,7 @@ def provision_details(
         d = sequence_defaults(declared[name])
         drift: tuple[Drift, ...] = ()
         updated = False
+        refused = ""
         if spec is None:
             if dry_run:
                 check_name(name)
@@ -113,15 +99,22 @@ def provision_details(
         else:
             drift = drift_of(spec, d)
             if drift and update:
-                spec = _update_definition(objects, spec, d, drift, alias, dry_run=dry_run)
-                updated = True
+                try:
+                    spec = _update_definition(objects, spec, d, drift, alias, dry_run=dry_run)
+                    updated = True
+                except InvalidDefinition as exc:
+                    if not keep_going:
+                        raise
+                    refused = str(exc)  # the stored definition stays in force
         made = _provision_shard_rows(objects, spec, alias, dry_run=dry_run, new=created)
         tables: list[str] = []
         if spec.strategy == "autoincrement":
             tables = create_tables(spec, alias, dry_run=dry_run)
         inner = strategy_for(spec).provision(spec, alias, dry_run=dry_run)
         done.append(
-            Provisioned(name, created, tuple(made), tuple(tables), tuple(inner), drift, updated)
+            Provisioned(
+                name, created, tuple(made), tuple(tables), tuple(inner), drift, updated, refused
+            )
         )
     return done
 
@@ -134,7 +127,7 @@ def _update_definition(
     alias: str,
     *,
     dry_run: bool,
-    source: str = "its declaration",
+    source: str = DECLARATION,
 ) -> SequenceSpec:
     """Replace definition ``stored`` by the ``declared`` fields (``drift``: how they
     differ), checked first (nothing is written when a check fails, nor in a dry run); the
@@ -145,7 +138,8 @@ def _update_definition(
     new = SequenceSpec(name=stored.name, key_salt=stored.key_salt, **declared)
     validate(new)
     check_reuse(new)
-    check_redefinition(stored, new, using=alias)
+    declared_in = f"{SETTING}['SEQUENCES'][{stored.name!r}]" if source == DECLARATION else ""
+    check_redefinition(stored, new, using=alias, declared_in=declared_in)
     if dry_run:
         return stored
     seq = objects.using(alias).get(name=stored.name)
@@ -418,95 +412,6 @@ def drift_of(spec: SequenceSpec, declared: dict[str, Any]) -> tuple[Drift, ...]:
     return tuple(out)
 
 
-def issued_up_to(name: str, *, using: str | None = None) -> int | None:
-    """The largest value counter rows of sequence ``name`` leased (its live rows and the marks
-    of its deleted ones), or None if they never leased one."""
-    alias = resolve_alias(using)
-    leased = _model("Segment").objects.using(alias).filter(sequence__name=name, version__gt=0)
-    high = leased.aggregate(v=Max("value"))["v"]
-    mark = (
-        _model("SeriesMark")
-        .objects.using(alias)
-        .filter(sequence=name)
-        .aggregate(v=Max("value"))["v"]
-    )
-    found = [v for v in (high, mark) if v is not None]
-    return max(found) if found else None
-
-
-def check_redefinition(
-    stored: SequenceSpec, new: SequenceSpec, *, using: str | None = None
-) -> None:
-    """Refuse (:class:`InvalidDefinition`) to replace definition ``stored`` by ``new`` when the
-    change could issue a value or number again (invariant I7): once the sequence issued, its
-    strategy, its options that say where values are counted (all but
-    :data:`TUNING_OPTIONS`), its template and its reset period stay, and ``max_value`` stays at
-    or above the largest value leased. Strategies without counter rows are assumed to have
-    issued."""
-    high = issued_up_to(stored.name, using=using)
-    if stored.strategy in ROW_STRATEGIES and high is None:
-        return
-    problems = []
-    if new.strategy != stored.strategy:
-        problems.append(
-            f"its strategy cannot change ({stored.strategy!r} -> {new.strategy!r}): another "
-            f"strategy counts elsewhere and could issue the same values again"
-        )
-    changed = sorted(
-        k
-        for k in set(stored.options) | set(new.options)
-        if k not in TUNING_OPTIONS and stored.options.get(k) != new.options.get(k)
-    )
-    if changed:
-        problems.append(
-            f"options {', '.join(changed)} cannot change: they say where and how values are "
-            f"counted (only {', '.join(sorted(TUNING_OPTIONS))} may)"
-        )
-    if high is not None and new.max_value < high:
-        problems.append(
-            f"max_value cannot go below {high}, the largest value leased already (keep it at "
-            f"{high} or more; declared: {new.max_value})"
-        )
-    if stored.template and new.template != stored.template:
-        problems.append(
-            f"its template cannot change ({stored.template!r} -> {new.template!r}): numbers "
-            f"of the new template could equal numbers already issued"
-        )
-    else:
-        period = period_change(stored, new)
-        if period:
-            problems.append(period)
-    if problems:
-        raise InvalidDefinition(
-            f"Sequence {stored.name!r} has issued values already, so {'; '.join(problems)}. "
-            f"Keep the stored definition, or declare the new one under another name."
-        )
-
-
-def period_change(stored: SequenceSpec, new: SequenceSpec) -> str | None:
-    """What is wrong when ``new`` keeps the template of ``stored`` but restarts its counter
-    per another period (None: nothing). The counter of the new period's row starts again at
-    ``min_value`` while the numbers still show the same date: a daily template switched to a
-    monthly counter issues today's numbers again."""
-    if not stored.template or new.template != stored.template or new.reset == stored.reset:
-        return None
-    before = reset_period(stored, compile_template(stored))
-    after = reset_period(new, compile_template(new))
-    if before == after:
-        return None
-    return (
-        f"its counter's reset period cannot change ({before or 'never'} -> {after or 'never'}): "
-        f"the new period's counter would start again at min_value while the numbers show the "
-        f"same date, issuing numbers again"
-    )
-
-
-def has_issued(spec: SequenceSpec, *, using: str | None = None) -> bool:
-    """Whether sequence ``spec`` may have issued a value: its counter rows (or the marks of
-    deleted ones) leased one; strategies that count no rows are assumed to have."""
-    return spec.strategy not in ROW_STRATEGIES or issued_up_to(spec.name, using=using) is not None
-
-
 @dataclass(frozen=True)
 class SeriesReset:
     """One counter-row key :meth:`SequenceManager.reset_series` put back."""
@@ -540,6 +445,8 @@ class Provisioned:
     drift: tuple[Drift, ...] = ()
     #: the declaration replaced the stored definition (``update``; a dry run: it would)
     updated: bool = False
+    #: why ``update`` left the stored definition in force (``keep_going``), "" otherwise
+    refused: str = ""
 
 
 def shard_keys(spec: SequenceSpec) -> list[str]:

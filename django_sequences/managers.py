@@ -89,6 +89,7 @@ class SequenceManager(models.Manager[Any]):
         using: str | None = None,
         dry_run: bool = False,
         update: bool = False,
+        keep_going: bool = False,
     ) -> list[Provisioned]:
         """:meth:`provision`, saying what was (or, ``dry_run``, would be) made per sequence.
 
@@ -103,15 +104,21 @@ class SequenceManager(models.Manager[Any]):
         An existing definition that differs from its declaration is reported (``drift``: one
         :class:`~django_sequences.definitions.Drift` per field, stored -> declared) and left as
         it is, unless ``update``: then the declaration replaces it, checked as :meth:`define`
-        checks a definition and by :func:`~django_sequences.definitions.check_redefinition` (a
-        change that could issue values again, such as a ``max_value`` below what was leased or
-        another strategy, raises :class:`InvalidDefinition` before anything is written). What
-        is made for a definition follows the stored definition (after an update: the new one).
+        checks a definition and by the rule of what may change once a sequence issued
+        (:func:`~django_sequences.redefinition.check_redefinition`: a change that could issue
+        values again, such as another template, a ``max_value`` below what was leased or
+        another strategy, raises :class:`InvalidDefinition` before anything is written, saying
+        what to declare to agree with the stored definition). With ``keep_going`` a refused
+        update raises nothing: that sequence keeps its stored definition, its entry says why
+        (``refused``), and the other sequences are provisioned. What is made for a definition
+        follows the stored definition (after an update: the new one).
         """
         # definitions validates through the strategies, which import the models: a circle
         from .definitions import provision_details
 
-        return provision_details(self, names, using=using, dry_run=dry_run, update=update)
+        return provision_details(
+            self, names, using=using, dry_run=dry_run, update=update, keep_going=keep_going
+        )
 
     def reset_series(
         self, name: str, *, using: str | None = None, dry_run: bool = False
@@ -207,10 +214,11 @@ class SequenceManager(models.Manager[Any]):
 
         A new definition is checked and written as :meth:`define` does it. A change is
         checked as :meth:`define` checks a definition and by
-        :func:`~django_sequences.definitions.check_redefinition` (once the sequence issued: no
-        other template, reset period or counting option, no ``max_value`` below what was
-        leased), and the strategy is fixed once created (as in the admin); a refusal raises
-        :class:`InvalidDefinition` before anything is written. The definition and its counter
+        :func:`~django_sequences.redefinition.check_redefinition` (once the sequence issued: no
+        other template but its sequence field grown, no other reset period or counting
+        option, no ``max_value`` below what was leased), and the strategy is fixed once
+        created (as in the admin); a refusal raises :class:`InvalidDefinition` before anything
+        is written. The definition and its counter
         rows' bounds are written in one transaction, with the rows locked so no lease runs past
         a new ``max_value`` meanwhile. Returns a
         :class:`~django_sequences.definitions.Defined` (``changes``: field, old -> new); with

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import re
 from datetime import timedelta
+from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
+import django_sequences
 from django_sequences import next_values, reservations
 from django_sequences.admin.charts import chart_svg, count_text
 from django_sequences.admin.preview import parse_context, upcoming
@@ -38,6 +41,8 @@ from django_sequences.ops.stats import minute_of, snapshot_leased
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CHANGELIST = "admin:django_sequences_sequence_changelist"
+#: The app's static files (admin.css, preview.js).
+STATIC = Path(django_sequences.__file__).parent / "static" / "django_sequences"
 
 
 def change_url(seq: Sequence) -> str:
@@ -270,16 +275,21 @@ def test_preview_endpoint_returns_the_next_numbers_as_json_and_consumes_nothing(
     before = Segment.objects.values_list("value", "version").get(key="adm.preview")
 
     response = admin_client.post(
-        preview_url(), {"object_id": str(seq.pk), "template": "QJ{seq:08}", "step": "10"}
+        preview_url(), {"object_id": str(seq.pk), "template": "SO{seq:06,grow}", "step": "10"}
     )
+    # what saving would refuse (another template once numbers were issued) is not previewed
+    refused = admin_client.post(
+        preview_url(), {"object_id": str(seq.pk), "template": "QJ{seq:08}", "step": "10"}
+    ).json()
 
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
     data = response.json()
     assert data["ok"] is True
-    assert data["numbers"] == [f"QJ{v:08}" for v in range(11, 16)]
+    assert data["numbers"] == [f"SO{v:06}" for v in range(11, 16)]
     assert data["values"] == ["11", "12", "13", "14", "15"]  # strings: BIGINTs survive JS
     assert data["rows"] == ["adm.preview"]
+    assert refused["ok"] is False and "template cannot change" in refused["error"]
     assert Segment.objects.values_list("value", "version").get(key="adm.preview") == before
     assert Sequence.objects.get(pk=seq.pk).template == "SO{seq:06}"  # nothing saved
 
@@ -413,7 +423,7 @@ def test_a_bad_template_is_shown_in_the_form_with_its_caret(admin_client: Client
     [
         ({"min_value": 50, "max_value": 50}, "min_value", "Min value must be below max value"),
         ({"step": 0}, "step", "Step must be at least 1"),
-        ({"max_value": 5}, "max_value", "leased values up to 10 already"),
+        ({"max_value": 5}, "max_value", "max value cannot go below 10"),
         ({"step": "x"}, "step", "Enter a whole number."),
         ({"reset": "hour"}, "__all__", "shows no whole year"),
     ],
@@ -470,17 +480,12 @@ def test_an_edit_is_saved_and_reaches_the_counter_rows(admin_client: Client) -> 
     seq = defined("adm.edit", template="SO{seq:06}")
 
     response = admin_client.post(
-        change_url(seq),
-        form_data(seq, step=25, max_value=500_000, template="SO{seq:06}{check:luhn}"),
+        change_url(seq), form_data(seq, step=25, max_value=500_000, template="SO{seq:06,grow}")
     )
 
     assert response.status_code == 302
     stored = Sequence.objects.get(pk=seq.pk)
-    assert (stored.step, stored.max_value, stored.template) == (
-        25,
-        500_000,
-        "SO{seq:06}{check:luhn}",
-    )
+    assert (stored.step, stored.max_value, stored.template) == (25, 500_000, "SO{seq:06,grow}")
     assert Segment.objects.values_list("step", "max_value", "value").get(key="adm.edit") == (
         25,
         500_000,
@@ -982,6 +987,58 @@ def test_regression_a_new_reset_period_in_the_admin_issued_todays_numbers_again(
     assert not set(next_numbers("adm.period", 3)) & set(issued)
 
 
+def test_regression_the_admin_saved_a_template_change_that_provisioning_refuses(
+    admin_client: Client,
+) -> None:
+    """The admin saved {seq:06} -> {seq:07} on a sequence that had issued; provisioning's
+    --update refused the same change, so every --update failed from then on. The admin now
+    applies the rule provisioning and sequences_define apply: a wider field is refused next
+    to the template (it would change how the numbers issued read), the one template change
+    allowed (the field grows) is saved, and --update then says what to declare."""
+    from django.core.management import CommandError, call_command
+
+    from django_sequences import next_number, parse_number
+    from django_sequences.exceptions import InvalidDefinition
+
+    declared = {"adm.prov": {"step": 10, "template": "A{seq:06}"}}
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": declared}):
+        call_command("sequences_provision", stdout=StringIO())
+    seq = Sequence.objects.get(name="adm.prov")
+    first = next_number("adm.prov")
+
+    wider = admin_client.post(change_url(seq), form_data(seq, template="A{seq:07}"))
+    [error] = wider.context["adminform"].form.errors["template"]
+    assert "template cannot change ('A{seq:06}' -> 'A{seq:07}')" in error
+    assert "'A{seq:06,grow}'" in error  # what may be typed instead
+    with pytest.raises(InvalidDefinition, match=r"template cannot change"):
+        Sequence.objects.define_or_update("adm.prov", template="A{seq:07}")
+    assert Sequence.objects.get(pk=seq.pk).template == "A{seq:06}"
+
+    grown = admin_client.post(change_url(seq), form_data(seq, template="A{seq:06,grow}"))
+    assert grown.status_code == 302
+    assert parse_number("adm.prov", first)["seq"] == 1  # the numbers issued read as before
+
+    both = {**declared, "adm.other": {"step": 10}}
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": both}):
+        out = StringIO()
+        call_command("sequences_provision", stdout=out)  # a difference, reported: exit 0
+        assert "adm.prov: template: 'A{seq:06,grow}' -> 'A{seq:06}'" in out.getvalue()
+        with pytest.raises(CommandError) as refused:
+            call_command("sequences_provision", "--update", stdout=StringIO())
+    said = str(refused.value)
+    assert "not updated adm.prov" in said and "template cannot change" in said
+    assert "declare what is stored (template='A{seq:06,grow}')" in said
+    assert "DJANGO_SEQUENCES['SEQUENCES']['adm.prov']" in said
+    assert Sequence.objects.filter(name="adm.other").exists()  # the others were provisioned
+    assert Sequence.objects.get(pk=seq.pk).template == "A{seq:06,grow}"
+
+    reconciled = {**both, "adm.prov": {"step": 10, "template": "A{seq:06,grow}"}}
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": reconciled}):
+        out = StringIO()
+        call_command("sequences_provision", "--update", stdout=out)
+    assert out.getvalue().splitlines() == ["adm.prov: up to date", "adm.other: up to date"]
+
+
 # --- reservations ------------------------------------------------------------------------------
 
 
@@ -1039,3 +1096,170 @@ def test_the_sequence_form_edits_the_voided_policy(admin_client: Client) -> None
     assert seq.voided == "reuse"
     bad = admin_client.post(change_url(seq), form_data(seq, voided="later"))
     assert bad.status_code == 200 and "voided" in bad.context["adminform"].form.errors
+
+
+# --- the app's own pages under the installed Django (5.2 and 6.x) -----------------------------
+
+
+def breadcrumb_tag(html: str) -> str:
+    """The opening tag of a page's breadcrumbs: ``<ol class="breadcrumbs">`` (Django 6) or
+    ``<div class="breadcrumbs">`` (5.2)."""
+    found = re.findall(r'<(?:ol|div) class="breadcrumbs">', html)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_the_apps_pages_write_breadcrumbs_as_the_installed_django_does(
+    admin_client: Client,
+) -> None:
+    """The status, audit, set-value, reset-confirmation and token pages wrote a
+    ``<div class="breadcrumbs">``, which Django 6's stylesheet no longer styles (its own pages
+    write an ``<ol>``): each now writes what Django's own change form writes, under 5.2 and 6.x."""
+    import django
+
+    seq = defined("adm.crumbs", strategy="strict", template="C{seq:04}")
+    reservations.reserve_number("adm.crumbs")
+    row = Segment.objects.get(key="adm.crumbs")
+    django_own = breadcrumb_tag(admin_client.get(change_url(seq)).content.decode())
+    assert django_own == (
+        '<ol class="breadcrumbs">' if django.VERSION >= (6, 0) else '<div class="breadcrumbs">'
+    )
+    changelist = reverse(CHANGELIST)
+    pages = {
+        "Status": admin_client.get(status_url(seq)),
+        "Audit of adm.crumbs": admin_client.get(
+            reverse("admin:django_sequences_reservation_audit", args=["adm.crumbs"])
+        ),
+        "Set value": admin_client.get(set_value_url(row)),
+        "Reset series": admin_client.post(
+            changelist, {"action": "reset_series", "_selected_action": [seq.pk]}
+        ),
+        "dsq_": admin_client.post(
+            reverse("admin:django_sequences_apitoken_add"),
+            {"name": "crumbs", "sequences": "*", "operations": ["issue"], "is_active": "on"},
+        ),
+    }
+    for last, response in pages.items():
+        assert response.status_code == 200, last
+        html = response.content.decode()
+        assert breadcrumb_tag(html) == django_own, last
+        trail = html[
+            html.index(django_own) : html.index(
+                "</ol>" if "<ol" in django_own else "</div>", html.index(django_own)
+            )
+        ]
+        assert f'<a href="{reverse("admin:index")}">Home</a>' in trail, last
+        if django_own.startswith("<ol"):
+            [current] = re.findall(r'<li aria-current="page">([^<]*)</li>', trail)
+            assert current.startswith(last.removeprefix("dsq_")) or last == "dsq_", trail
+            assert "&rsaquo;" not in trail
+        else:
+            assert "&rsaquo;" in trail and "<li" not in trail
+    status_trail = pages["Status"].content.decode()
+    assert f'<a href="{change_url(seq)}">adm.crumbs</a>' in status_trail
+
+
+def test_the_audit_summary_is_readable_and_says_which_values_it_audited(
+    admin_client: Client,
+) -> None:
+    """The summary's 'gaps 0' and 'duplicates 0' were coloured with a background colour
+    (--message-success-bg, a pale green: nearly invisible as text) and its 'values' row showed
+    '— … —' (the bounds asked for, none) instead of the values audited."""
+    Sequence.objects.define("adm.audit", strategy="strict", template="A{seq:04}")
+    made = [reservations.reserve_number("adm.audit") for _ in range(3)]
+    made[0].confirm()
+    url = reverse("admin:django_sequences_reservation_audit", args=["adm.audit"])
+
+    html = admin_client.get(url).content.decode()
+    narrowed = admin_client.get(url + "?from=2&to=3").content.decode()
+
+    def cell(page: str, cell_id: str) -> str:
+        found = re.search(rf'<td id="{cell_id}"[^>]*>([^<]*)</td>', page)
+        assert found, page
+        return found.group(1)
+
+    assert cell(html, "dsq-audit-values") == "1 … 3"
+    assert cell(narrowed, "dsq-audit-values") == "2 … 3"
+    assert cell(html, "dsq-audit-gap-count") == "0"
+    assert cell(html, "dsq-audit-duplicate-count") == "0"
+    assert 'id="dsq-audit-gap-count" class="dsq-ok"' in html
+    # every text colour of the page and of admin.css is a text colour, not a background's
+    styles = html + (STATIC / "admin.css").read_text()
+    colours = re.findall(r"(?<![-\w])color:\s*var\((--[\w-]+)", styles)
+    assert colours and not [c for c in colours if c.endswith("-bg")], colours
+    assert re.search(r"\.dsq-ok \{ color: var\(--body-fg", html)
+
+
+def test_the_preview_error_puts_its_caret_under_the_bad_character(admin_client: Client) -> None:
+    """The preview's error was a <p> in a form row, which Django's '.form-row p' rule sets in
+    the proportional font: its caret line sat left of the bad '{'. It is a <pre> now (the
+    server's and preview.js's), and the caret's column is the character's."""
+    seq = defined("adm.caretpos", template="SO{seq:06}")
+    # a stored template naming a custom part the settings do not register (a restored dump)
+    Sequence.objects.filter(pk=seq.pk).update(template="SO-{date:%Y}{nope:3}{seq:06}")
+
+    html = admin_client.get(change_url(seq)).content.decode()
+
+    found = re.search(r'<pre class="dsq-preview-error errornote">([^<]*)</pre>', html)
+    assert found, html
+    *_, line, caret = found.group(1).splitlines()
+    assert caret.strip() == "^"
+    assert line[caret.index("^")] == "{" and line[caret.index("^") :].startswith("{nope:3}")
+    script = (STATIC / "preview.js").read_text()
+    assert 'el("pre", "dsq-preview-error errornote"' in script
+    css = (STATIC / "admin.css").read_text()
+    assert re.search(
+        r"#dsq-preview \.dsq-preview-error \{[^}]*font-family: var\(--font-family-monospace", css
+    )
+
+
+def test_a_per_day_counter_says_whether_it_runs_out_or_the_day_ends_first() -> None:
+    """'982,999 left today, out in 31 h' at a rate that would use the 982,999 in 23 h: the day
+    ended first (in 8 h) and the 31 h were the next day's counter running out. The text says
+    which comes first: the day's end (the count starts again) or the count's end."""
+    from datetime import UTC, datetime
+
+    from django_sequences.admin.charts import fill_bar
+    from django_sequences.admin.columns import left_of_capacity
+    from django_sequences.ops.capacity import compute
+
+    seq = Sequence.objects.define(
+        "adm.perday", strategy="strict", template="D{date:%Y%m%d}{seq:06}"
+    )
+    Segment.objects.create(
+        sequence=seq, key="adm.perday:20260310", value=17_000, min_value=1, max_value=seq.max_value
+    )
+    at_four = datetime(2026, 3, 10, 16, 0, tzinfo=UTC)  # the day (UTC) ends in 8 h
+    per_minute = 982_999 / (23 * 3600) * 60  # today's 982,999 would last 23 h
+
+    def shown(rate: float, now: datetime) -> str:
+        (tight, *_) = compute([seq.spec()], "default", rates={"adm.perday": rate}, now=now)[
+            "adm.perday"
+        ]
+        return re.sub(r"<[^>]+>", "", str(fill_bar(left_of_capacity(tight))))
+
+    ends_first = shown(per_minute, at_four)
+    assert ends_first.startswith("982,999 left today the day ends first, in 8.0 h")
+    assert "; a later one runs out in 31 h" in ends_first  # a whole day lasts 23.3 h of a day
+    assert "out in 31 h" not in ends_first.replace("runs out in 31 h", "")
+    # at three times the rate today's count is gone in 7.7 h, before the day ends
+    assert "left today out in 7.7 h, before the day ends" in shown(3 * per_minute, at_four)
+    # slow enough for a whole day: only the day's end
+    slow = shown(per_minute / 2, at_four)
+    assert "the day ends first, in 8.0 h" in slow and "runs out" not in slow
+
+
+def test_a_stored_template_that_no_longer_compiles_is_refused_not_a_server_error(
+    admin_client: Client,
+) -> None:
+    """A stored template naming a part the settings do not register (a restored dump): an
+    edit of its template is weighed by the rule of changes without compiling it again."""
+    seq = defined("adm.dump", template="SO{seq:06}")
+    Sequence.objects.filter(pk=seq.pk).update(template="SO{nope:3}{seq:06}")
+    seq.refresh_from_db()
+
+    response = admin_client.post(change_url(seq), form_data(seq, template="SO{seq:06,grow}"))
+
+    assert response.status_code == 200
+    [error] = response.context["adminform"].form.errors["template"]
+    assert "template cannot change" in error and "the one change allowed" not in error

@@ -108,12 +108,40 @@ def retype(field: WebElement, text: str) -> None:
     field.send_keys(text)  # one input event per key: the preview follows
 
 
+#: The left edges of a preview error's caret and of the character above it (the caret line's
+#: column in the line before), read from the laid-out text.
+CARET_AND_ITS_CHARACTER = """
+const box = document.querySelector(arguments[0]);
+const walker = document.createTreeWalker(box, NodeFilter.SHOW_TEXT);
+const nodes = [];
+let text = "";
+while (walker.nextNode()) {
+  nodes.push([walker.currentNode, text.length]);
+  text += walker.currentNode.data;
+}
+function left(i) {
+  for (const [node, start] of nodes) {
+    if (i >= start && i < start + node.data.length) {
+      const range = document.createRange();
+      range.setStart(node, i - start);
+      range.setEnd(node, i - start + 1);
+      return range.getBoundingClientRect().left;
+    }
+  }
+  return null;
+}
+const caret = text.lastIndexOf("^");
+const line = text.lastIndexOf("\\n", caret) + 1;
+const above = text.lastIndexOf("\\n", line - 2) + 1;
+return [left(caret), left(above + caret - line)];
+"""
+
+
 def test_preview_edit_and_chart_in_headless_chromium(
     live_server: LiveServer, browser: WebDriver, static_root: None
 ) -> None:
     User.objects.create_superuser("root", "root@example.com", "e2e-password")
     seq = Sequence.objects.define("e2e.order", step=10, max_value=99_999_999, template="SO{seq:08}")
-    Segment.objects.lease("e2e.order")  # values 1 … 10 are leased
     now = minute_of(timezone.now())
     IssueStat.objects.bulk_create(
         IssueStat(sequence="e2e.order", minute=now - timedelta(minutes=m), source="web:1", count=c)
@@ -134,37 +162,47 @@ def test_preview_edit_and_chart_in_headless_chromium(
         "preview.js",
         lambda d: d.find_element(By.ID, "dsq-preview").get_attribute("data-state") == "ready",
     )
-    assert first_number(browser) == "SO00000011"
+    assert first_number(browser) == "SO00000001"
 
-    # typing a template updates the preview without saving or issuing
+    # typing a template updates the preview without saving or issuing (nothing issued yet:
+    # any template may still be chosen)
     template = browser.find_element(By.ID, "id_template")
     retype(template, "QJ{seq:06}")
-    wait_for(browser, "the new preview", lambda d: first_number(d) == "QJ000011")
+    wait_for(browser, "the new preview", lambda d: first_number(d) == "QJ000001")
     numbers = browser.execute_script(
         "return [...document.querySelectorAll('#dsq-preview code.dsq-number')]"
         ".map(e => e.textContent);"
     )
-    assert numbers == ["QJ000011", "QJ000012", "QJ000013", "QJ000014", "QJ000015"]
+    assert numbers == ["QJ000001", "QJ000002", "QJ000003", "QJ000004", "QJ000005"]
 
-    # a broken template: its error and caret in place of the numbers
-    retype(template, "QJ{seq:06")
+    # a broken template: its error and caret in place of the numbers, the caret right under
+    # the '{' that is not closed (a monospace font: the column is the character's)
+    retype(template, "Order-{date:%Y}{seq:06")
     wait_for(browser, "the template error", lambda d: "^" in preview_error(d))
     assert first_number(browser) is None
+    caret_x, brace_x = browser.execute_script(CARET_AND_ITS_CHARACTER, "#dsq-preview pre")
+    assert abs(caret_x - brace_x) < 1, (caret_x, brace_x)
 
     # a context part: the preview asks for it, the context box gives it
     retype(template, "{ctx.area:3}-{seq:05}")
     wait_for(browser, "the context error", lambda d: "context" in preview_error(d))
     browser.find_element(By.ID, "id_preview_context").send_keys("area=010")
-    wait_for(browser, "the number with its context", lambda d: first_number(d) == "010-00011")
+    wait_for(browser, "the number with its context", lambda d: first_number(d) == "010-00001")
 
-    # save an edit
+    # values 1 … 10 are leased: of the template only its field may grow now, and the preview
+    # says so as saving would
+    Segment.objects.lease("e2e.order")
     retype(template, "QJ{seq:06}")
+    wait_for(browser, "the refusal", lambda d: "SO{seq:08,grow}" in preview_error(d))
+
+    # save an edit (values were leased: of the template only its field may grow)
+    retype(template, "SO{seq:08,grow}")
     retype(browser.find_element(By.ID, "id_step"), "25")
-    wait_for(browser, "the preview", lambda d: first_number(d) == "QJ000011")
+    wait_for(browser, "the preview", lambda d: first_number(d) == "SO00000011")
     browser.find_element(By.NAME, "_save").click()
     wait_for(browser, "the list", lambda d: d.current_url.endswith("/sequence/"))
     stored = Sequence.objects.get(pk=seq.pk)
-    assert (stored.template, stored.step) == ("QJ{seq:06}", 25)
+    assert (stored.template, stored.step) == ("SO{seq:08,grow}", 25)
     assert Segment.objects.values_list("value", "step").get(key="e2e.order") == (10, 25)
     assert browser.find_elements(By.CSS_SELECTOR, "td.field-remaining .dsq-bar")
 

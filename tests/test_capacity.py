@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from django_sequences import next_number, next_numbers, next_value, next_values
 from django_sequences.checks import check_capacity
+from django_sequences.exceptions import InvalidDefinition
 from django_sequences.models import IssueStat, Segment, Sequence, WorkerLease
 from django_sequences.ops.capacity import Capacity, _period_end, capacities, capacity, duration
 from django_sequences.ops.overview import overview
@@ -85,7 +86,30 @@ def test_seq03_daily_warns_at_800_and_not_at_700() -> None:
     (msg,) = w020()
     assert msg.obj == "sequence cap.daily"
     assert "800 of the 999 values of {seq:03} per day" in msg.msg
-    assert "{seq:04}" in msg.msg  # says what to change
+    assert "'D{date:%Y%m%d}{seq:03,grow}'" in msg.msg  # says what to change
+
+
+def test_w020_advises_only_a_change_the_redefinition_rule_allows() -> None:
+    """W020 advised "Widen the field to {seq:04}, or reset the counter more often", two changes
+    that define_or_update and provisioning refuse once numbers were issued (only the admin let
+    them through). It offers the one template change allowed, which is then accepted; where
+    the field cannot grow it says to define a successor."""
+    Sequence.objects.define("cap.grows", strategy="strict", template=DAILY3)
+    # grown, its field would run into the free text after it: numbers could not be told apart
+    Sequence.objects.define("cap.fixed", strategy="strict", template="{seq:03}{ctx.area}")
+    next_numbers("cap.grows", 800)
+    next_numbers("cap.fixed", 800, area="north")
+    found = {m.obj: m.msg for m in w020()}
+    grows, fixed = found["sequence cap.grows"], found["sequence cap.fixed"]
+    assert "Widen" not in grows and "reset the counter" not in grows
+    for refused in ("D{date:%Y%m%d}{seq:04}", "D{date:%Y%m%d%H}{seq:03}"):  # wider; hourly
+        with pytest.raises(InvalidDefinition, match="template cannot change"):
+            Sequence.objects.define_or_update("cap.grows", template=refused)
+    advised = "D{date:%Y%m%d}{seq:03,grow}"
+    assert f"template {advised!r}" in grows
+    assert Sequence.objects.define_or_update("cap.grows", template=advised).applied
+    assert len(next_number("cap.grows")) == len("D20260101") + 3  # the field, as before
+    assert "define a successor sequence" in fixed and "grow" not in fixed
 
 
 def test_a_new_period_starts_from_nothing() -> None:
@@ -348,3 +372,43 @@ def test_period_ends_by_the_wall_clock_across_dst() -> None:
     assert _period_end("year", berlin, noon) == datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
     december = datetime(2026, 12, 20, tzinfo=UTC)
     assert _period_end("month", berlin, december) == datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
+
+
+def test_a_per_period_runway_says_whether_the_count_or_the_period_ends_first() -> None:
+    """A per-day count at a rate that would use today's 982,999 values in 23 h, 8 h before
+    midnight, was reported as 'out in 31 h' (the next day's count running out) next to today's
+    count. The period's end comes first: the count starts again then, and the summary, the
+    status line and the warning say so, with when a later day's count runs out."""
+    from django_sequences.ops.capacity import compute, runway_words
+
+    seq = Sequence.objects.define(
+        "cap.perday", strategy="strict", template="D{date:%Y%m%d}{seq:06}"
+    )
+    Segment.objects.create(
+        sequence=seq, key="cap.perday:20260310", value=17_000, min_value=1, max_value=seq.max_value
+    )
+    now = datetime(2026, 3, 10, 16, 0, tzinfo=UTC)  # testproject's TIME_ZONE is UTC
+    rate = 982_999 / (23 * 3600) * 60
+
+    def tight(per_minute: float) -> Capacity:
+        return compute([seq.spec()], "default", rates={"cap.perday": per_minute}, now=now)[
+            "cap.perday"
+        ][0]
+
+    day_first = tight(rate)
+    assert (day_first.period_ends_first, day_first.period_left_seconds) == (True, 8 * 3600)
+    assert day_first.runway_seconds == pytest.approx(8 * 3600 + 999_999 / (rate / 60))
+    assert runway_words(day_first) == "the day ends first, in 8.0 h; a later day's runs out in 31 h"
+    assert day_first.summary().endswith(
+        "(982,999 left), the day ends first, in 8.0 h; a later day's runs out in 31 h"
+    )
+    assert (
+        day_first.warning
+        and "at the measured rate: the day ends first, in 8.0 h" in day_first.warning
+    )
+    count_first = tight(3 * rate)
+    assert not count_first.period_ends_first
+    assert runway_words(count_first) == "out in 7.7 h, before the day ends"
+    calm = tight(rate / 2)  # a whole day's values last the day
+    assert (calm.period_ends_first, calm.runway_seconds, calm.warning) == (True, None, None)
+    assert runway_words(calm) == "the day ends first, in 8.0 h"

@@ -152,6 +152,7 @@ def test_provision_makes_rows_shards_and_tables_once() -> None:
                 "inner": [],
                 "drift": [],
                 "updated": False,
+                "refused": None,
             }
             for n in ("cmd.plain", "cmd.sharded", "cmd.tables")
         ],
@@ -184,6 +185,7 @@ def test_provision_json_and_missing_shard_rows_of_an_existing_definition() -> No
                 "inner": [],
                 "drift": [],
                 "updated": False,
+                "refused": None,
             }
         ],
     }
@@ -203,6 +205,7 @@ def test_provision_json_and_missing_shard_rows_of_an_existing_definition() -> No
             "inner": [],
             "drift": [],
             "updated": False,
+            "refused": None,
         }
     ]
     assert Segment.objects.get(key="cmd.sharded#1").value == 41  # left as it was
@@ -304,6 +307,67 @@ def test_provision_update_refuses_another_template_after_numbers_were_issued() -
         assert lines("sequences_provision", "--update") == [
             "updated cmd.tpl: options: {'min_step': 5} -> {'min_step': 2}"
         ]
+
+
+def test_provision_update_lets_the_field_grow_and_nothing_else_of_the_template() -> None:
+    """The rule of what may change once numbers were issued, as provisioning applies it: the
+    sequence field may grow ({seq:04} -> {seq:04,grow}: every number issued keeps its text),
+    a wider field may not, nor may a grown one shrink back."""
+    Sequence.objects.define("cmd.grow", step=10, template="A{seq:04}")
+    assert next_number("cmd.grow") == "A0001"
+    grown = {"step": 10, "template": "A{seq:04,grow}"}
+    with override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"cmd.grow": grown}}):
+        assert lines("sequences_provision", "--update") == [
+            "updated cmd.grow: template: 'A{seq:04}' -> 'A{seq:04,grow}'"
+        ]
+    for template in ("A{seq:05}", "A{seq:04}", "A{seq:04,base36,grow}"):
+        declared = {"step": 10, "template": template}
+        with (
+            override_settings(DJANGO_SEQUENCES={"SEQUENCES": {"cmd.grow": declared}}),
+            pytest.raises(CommandError, match="its template cannot change"),
+        ):
+            run("sequences_provision", "--update")
+    assert Sequence.objects.get(name="cmd.grow").template == "A{seq:04,grow}"
+    assert validate_number("cmd.grow", "A0001")
+
+
+def test_provision_update_refusal_in_json_provisions_the_others_and_fails() -> None:
+    Sequence.objects.define("cmd.kept", step=10, template="K{seq:04}")
+    next_number("cmd.kept")
+    declared = {"cmd.kept": {"step": 10, "template": "K{seq:05}"}, "cmd.new": {"step": 10}}
+    out = StringIO()
+    with (
+        override_settings(DJANGO_SEQUENCES={"SEQUENCES": declared}),
+        pytest.raises(CommandError, match="left 1 stored definition"),
+    ):
+        call_command("sequences_provision", "--update", "--json", stdout=out)
+    kept, new = json.loads(out.getvalue())["sequences"]  # one JSON document
+    assert kept["updated"] is False and "template cannot change" in kept["refused"]
+    assert "declare what is stored (template='K{seq:04}')" in kept["refused"]
+    assert (new["created"], new["refused"]) == (True, None)
+    assert Sequence.objects.get(name="cmd.kept").template == "K{seq:04}"
+
+
+def test_a_wider_field_could_issue_a_number_again_so_the_rule_refuses_it() -> None:
+    """Why a wider field is refused once numbers were issued: with a part of variable width in
+    front of it, area '01' with value 5 under {seq:06} and area '0' with value 1,000,005 under
+    {seq:07} are the same number."""
+    from django_sequences.core.base import SequenceSpec
+    from django_sequences.numbers import render_preview
+    from django_sequences.redefinition import grown_template, template_change
+
+    old = SequenceSpec(name="cmd.amb", template="{ctx.area}{seq:06}")
+    new = SequenceSpec(name="cmd.amb", template="{ctx.area}{seq:07}")
+    assert render_preview(old, [5], context={"area": "01"}) == render_preview(
+        new, [1_000_005], context={"area": "0"}
+    )
+    assert template_change(old, new) is not None
+    assert grown_template(old) is None  # grown, {seq:06,grow} could not be told from the area
+    radix = SequenceSpec(name="cmd.b36", template="R{seq:03,base36}-{ctx.area}")
+    assert grown_template(radix) == "R{seq:03,base36,grow}-{ctx.area}"
+    grown = SequenceSpec(name="cmd.b36", template="R{seq:03,base36,grow}-{ctx.area}")
+    assert template_change(radix, grown) is None
+    assert grown_template(SequenceSpec(name="x", template="P{seq:06,grow}")) is None
 
 
 def test_provision_update_of_a_sequence_that_never_issued_may_change_anything() -> None:

@@ -286,8 +286,8 @@ def test_staff_who_may_change_cannot_run_code_through_the_preview(traces: Traces
 
     assert traces.what_ran() == []
     # what the form would save is previewed as before
-    good = changer.post(preview_url(), {"object_id": str(seq.pk), "template": "Q{seq:04}"})
-    assert good.json()["numbers"] == ["Q0011", "Q0012", "Q0013", "Q0014", "Q0015"]
+    good = changer.post(preview_url(), {"object_id": str(seq.pk), "template": "C{seq:05,grow}"})
+    assert good.json()["numbers"] == ["C00011", "C00012", "C00013", "C00014", "C00015"]
     assert Sequence.objects.get(pk=seq.pk).template == "C{seq:05}"
     assert not Sequence.objects.filter(name="trust.new").exists()
 
@@ -323,7 +323,7 @@ def test_the_preview_refuses_what_saving_refuses() -> None:
     unnamed = client.post(preview_url(), new_definition(name="")).json()
 
     assert taken["ok"] is False and "already exists" in taken["error"]
-    assert below["ok"] is False and "leased values up to 10" in below["error"]
+    assert below["ok"] is False and "max value cannot go below 10" in below["error"]
     assert unnamed == {"ok": False, "error": "Name: This field is required."}
 
 

@@ -104,6 +104,42 @@ _PERIODS = {
 }
 
 
+#: A reset period as the subject of "… ends first".
+_PERIOD_NAMES = {
+    "year": _("the year"),
+    "month": _("the month"),
+    "day": _("the day"),
+    "hour": _("the hour"),
+    "minute": _("the minute"),
+    "second": _("the second"),
+}
+
+
+def runway_text(c: Capacity) -> str:
+    """When limit ``c`` runs out at the measured rate ("" unknown), and, for a per-period
+    count, what comes first (``ops.capacity.runway_words`` in the list's words): the count runs
+    out before the period ends ("out in 3 h, before the day ends"), or the period ends first
+    and the count starts again ("the day ends first, in 8 h", with "; a later one runs out in
+    31 h" when a whole period's values do not last the period)."""
+    period = _PERIOD_NAMES.get(c.period or "")
+    if c.period_ends_first and c.period_left_seconds is not None and period:
+        out = str(
+            _("%(period)s ends first, in %(time)s")
+            % {"period": period, "time": duration(c.period_left_seconds)}
+        )
+        if c.runway_seconds is not None:
+            out += str(
+                _("; a later one runs out in %(time)s") % {"time": duration(c.runway_seconds)}
+            )
+        return out
+    if c.runway_seconds is None:
+        return ""
+    time = duration(c.runway_seconds)
+    if period and c.kind != "time_bits":
+        return str(_("out in %(time)s, before %(period)s ends") % {"time": time, "period": period})
+    return str(_("out in %(time)s") % {"time": time})
+
+
 def left_of_capacity(c: Capacity) -> Left:
     """One limit of :func:`django_sequences.ops.capacity.capacity` in the list's words."""
     percent = 100.0 * c.fraction
@@ -125,8 +161,7 @@ def left_of_capacity(c: Capacity) -> Left:
         kind = str(_("left in %(field)s") % {"field": c.note})
     else:
         kind = str(_("left until max"))
-    runway = str(_("out in %(time)s") % {"time": out}) if out else ""
-    return Left(c.left, percent, kind, runway=runway, warning=c.warning)
+    return Left(c.left, percent, kind, runway=runway_text(c), warning=c.warning)
 
 
 def limits_of(obj: Sequence) -> list[Capacity]:

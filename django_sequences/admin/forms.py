@@ -4,11 +4,11 @@ the package's messages for admin users (:func:`for_people`)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.db.models import Max
 from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
@@ -17,9 +17,10 @@ from ..conf import DEFAULTS, app_settings, docs_url
 from ..core.base import SequenceSpec
 from ..core.validation import check_bounds, check_name
 from ..exceptions import InvalidDefinition, InvalidKey, InvalidName, InvalidToken, TemplateError
-from ..models import ApiToken, Segment, Sequence
+from ..models import ApiToken, Sequence
+from ..redefinition import refusals
 from ..strategies import names as strategy_names
-from .preview import DEFINING_FIELDS, EDITABLE_FIELDS, EXACT_ROWS, MARK_ROWS, counter_keys
+from .preview import DEFINING_FIELDS, EDITABLE_FIELDS, counter_keys
 
 # --- messages for admin users -----------------------------------------------------------------
 
@@ -125,6 +126,8 @@ class SequenceForm(forms.ModelForm):
             shown: dict[str, list[str]] = {}
             for name, messages in errors.message_dict.items():
                 key = name if name in self.fields else NON_FIELD_ERRORS
+                if key != NON_FIELD_ERRORS and key in self.errors:
+                    continue  # clean() said it already (the reset period: the same rule)
                 shown.setdefault(key, []).extend(messages)
             errors = ValidationError(shown)
         super()._update_errors(errors)  # type: ignore[misc]
@@ -171,27 +174,29 @@ class SequenceForm(forms.ModelForm):
         )
         try:
             check_name(spec.name)
-            keys, _stamp = counter_keys(spec)
+            counter_keys(spec)
         except TemplateError as exc:
             self.add_error("template" if "template" in self.fields else None, str(exc))
             return data
         except (InvalidDefinition, InvalidName):
             return data  # Sequence.clean() (run next, by the ModelForm) reports it
-        if inst.pk and spec.strategy in EXACT_ROWS | MARK_ROWS:
-            rows = Segment.objects.using(inst._state.db).filter(sequence=inst)
-            if spec.strategy in EXACT_ROWS:
-                rows = rows.filter(key__in=keys)
-            current = rows.aggregate(v=Max("value"))["v"]
-            if current is not None and hi < current:
-                self.add_error(
-                    "max_value",
-                    _(
-                        "Counter rows have leased values up to %(current)s already; a max value "
-                        "of %(hi)s would leave nothing to issue. Keep it at %(current)s or more."
-                    )
-                    % {"current": current, "hi": hi},
-                )
+        if inst.pk:
+            self._check_change(spec)
         return data
+
+    def _check_change(self, new: SequenceSpec) -> None:
+        """What may change once the sequence issued: the rule provisioning and
+        ``sequences_define`` apply (:mod:`django_sequences.redefinition`), each refusal next
+        to its field."""
+        db = self.instance._state.db or "default"
+        stored = type(self.instance).objects.using(db).filter(pk=self.instance.pk).first()
+        if stored is None:
+            return
+        old = stored.spec()
+        new = replace(new, key_salt=old.key_salt)
+        for refusal in refusals(old, new, using=db):
+            field = refusal.field if refusal.field in self.fields else None
+            self.add_error(field, refusal.message(old.name))
 
 
 class SetValueForm(forms.Form):

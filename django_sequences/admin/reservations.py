@@ -6,6 +6,7 @@ page of a sequence (``reservations.audit``: states, gaps, voids with reasons, du
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.http import Http404, HttpRequest
@@ -13,11 +14,13 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
 from ..exceptions import SequenceError
 from ..models import Reservation, ReservationEvent
 from ..reservations import audit
+from .crumbs import breadcrumbs
 from .sites import ReadOnlyAdmin
 
 
@@ -128,14 +131,25 @@ class ReservationAdmin(ReadOnlyAdmin):
             error = str(_("From and to are whole numbers."))
         except SequenceError as exc:
             error = str(exc)
+        title = _("Audit of %(name)s") % {"name": name}
+        changelist = reverse(f"{self.admin_site.name}:django_sequences_reservation_changelist")
+        of_sequence = f"{changelist}?{urlencode({'sequence': name})}"
         context = {
             **self.admin_site.each_context(request),
+            **breadcrumbs(
+                self.admin_site,
+                self.opts,
+                (capfirst(self.opts.verbose_name_plural), of_sequence),
+                (title, None),
+            ),
             "opts": self.opts,
-            "title": _("Audit of %(name)s") % {"name": name},
+            "title": title,
             "name": name,
             "audit": found,
             "bounds": bounds,
             "error": error,
             "states": sorted(found.states.items()) if found else [],
+            # the values audited, per counter key (the bounds asked for, else what it reserved)
+            "value_ranges": [(k, a, b) for k, (a, b) in found.ranges.items()] if found else [],
         }
         return TemplateResponse(request, "admin/django_sequences/reservation/audit.html", context)

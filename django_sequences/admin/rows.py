@@ -11,11 +11,13 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Segment
 from .charts import wrappable
 from .columns import breakable
+from .crumbs import breadcrumbs
 from .forms import SetValueForm
 from .rules import check_new_value, raise_value
 
@@ -117,8 +119,16 @@ class SegmentAdmin(admin.ModelAdmin):
                     step = "confirm"
                 else:
                     form = SetValueForm(initial={"value": new, "version": row.version})
+        changelist = reverse(f"{self.admin_site.name}:django_sequences_segment_changelist")
         context = {
             **self.admin_site.each_context(request),
+            **breadcrumbs(
+                self.admin_site,
+                self.opts,
+                (capfirst(self.opts.verbose_name_plural), changelist),
+                (row, change_url),
+                (_("Set value"), None),
+            ),
             "opts": self.opts,
             "original": row,
             "title": _("Set the value of %(key)s") % {"key": row.key},

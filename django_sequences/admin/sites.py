@@ -39,6 +39,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
 from ..exceptions import SequenceError
@@ -68,6 +69,7 @@ from .columns import (
     row_cells,
     template_cell,
 )
+from .crumbs import breadcrumbs
 from .forms import ApiTokenForm, SequenceForm, for_people
 from .leases import database_now, duration_text, lease_expired, lease_holder, lease_info
 from .preview import (
@@ -119,6 +121,11 @@ class SequenceAdmin(admin.ModelAdmin):
     class Media:
         js = ("django_sequences/preview.js",)
         css = {"all": ("django_sequences/admin.css",)}
+
+    def _plural(self) -> tuple[Any, str]:
+        """The sequence list's breadcrumb: its name and link."""
+        url = reverse(f"{self.admin_site.name}:django_sequences_sequence_changelist")
+        return capfirst(self.opts.verbose_name_plural), url
 
     def get_readonly_fields(self, request: HttpRequest, obj: Sequence | None = None) -> list[str]:
         fixed = ["next_numbers", "created_at", "updated_at"]
@@ -184,6 +191,7 @@ class SequenceAdmin(admin.ModelAdmin):
         ]
         context = {
             **self.admin_site.each_context(request),
+            **breadcrumbs(self.admin_site, self.opts, self._plural(), (_("Reset series"), None)),
             "opts": self.opts,
             "title": _("Reset series: are you sure?"),
             "plans": plans,
@@ -239,7 +247,8 @@ class SequenceAdmin(admin.ModelAdmin):
         try:
             found = preview(obj.spec(), using=obj._state.db or router.db_for_read(Segment))
         except (SequenceError, ValueError) as exc:
-            body = format_html('<p class="dsq-preview-error errornote">{}</p>', for_people(exc))
+            # a <pre>: the caret line under a template lines up only in a monospace font
+            body = format_html('<pre class="dsq-preview-error errornote">{}</pre>', for_people(exc))
         else:
             body = preview_html(found)
         return format_html(
@@ -304,8 +313,12 @@ class SequenceAdmin(admin.ModelAdmin):
         has_rows = obj.strategy in EXACT_ROWS | MARK_ROWS
         current = max((r.value for r in rows), default=None) if has_rows else None
         limits = capacity(obj.name, using=using)
+        change = reverse(f"{self.admin_site.name}:django_sequences_sequence_change", args=[obj.pk])
         context = {
             **self.admin_site.each_context(request),
+            **breadcrumbs(
+                self.admin_site, self.opts, self._plural(), (obj, change), (_("Status"), None)
+            ),
             "opts": self.opts,
             "original": obj,
             "title": _("Status of %(name)s") % {"name": obj.name},
@@ -545,8 +558,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
         token = _new_tokens.pop(request, None)
         if token is None:
             return super().response_add(request, obj, post_url_continue)
+        changelist = reverse(f"{self.admin_site.name}:django_sequences_apitoken_changelist")
+        plural = capfirst(self.opts.verbose_name_plural)
         context = {
             **self.admin_site.each_context(request),
+            **breadcrumbs(self.admin_site, self.opts, (plural, changelist), (obj, None)),
             "opts": self.opts,
             "original": obj,
             "title": _("Token %(name)s created") % {"name": obj.name},
@@ -554,9 +570,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
             "change_url": reverse(
                 f"{self.admin_site.name}:django_sequences_apitoken_change", args=[obj.pk]
             ),
-            "changelist_url": reverse(
-                f"{self.admin_site.name}:django_sequences_apitoken_changelist"
-            ),
+            "changelist_url": changelist,
         }
         response = TemplateResponse(
             request, "admin/django_sequences/apitoken/token_created.html", context

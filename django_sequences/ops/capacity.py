@@ -18,9 +18,11 @@ The limits (``Capacity.kind``):
 ``used`` of a counter is what its rows have leased out (``value - min_value + 1``), which runs
 ahead of what was issued by at most the ranges processes hold in memory: leased values are
 spent (a restart skips the rest), so this is what is left to lease. ``runway_seconds`` comes
-from the rate ``ops.stats`` measured (None without it, or at a rate of 0); for a per-period
-bound it says when a period's counter runs out at that rate (None when a whole period's values
-fit). Not covered (docs/operations.md): ``autoincrement`` (its tables' ids), the wrappers
+from the rate ``ops.stats`` measured (None without it, or at a rate of 0). A per-period count
+runs out when exhausted or when its period ends, whichever comes first
+(``period_ends_first``; :func:`runway_words` says which): the runway is then a later period's
+(None when a whole period's values last it). Not covered (docs/operations.md):
+``autoincrement`` (its tables' ids), the wrappers
 (``failover``, ``memory_bits``: their inner definitions are sequences of their own), ``redis``
 with ``options['period']``, ``custom`` strategies, and worker ids kept in Redis.
 
@@ -30,9 +32,8 @@ Reads only, on the database of the definitions: nothing is leased, no worker id 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -48,6 +49,7 @@ from ..core.validation import BIGINT_MAX
 from ..exceptions import SequenceError, SequenceNotFound
 from ..formats.keys import period_key, shard_keys
 from ..models import IssueStat, Segment, Sequence, WorkerLease
+from ..redefinition import grown_template
 from ..sources.connections import resolve_alias
 from ..sources.workers import db_now
 from ..strategies.timebased import SnowflakeStrategy, TimestampStrategy
@@ -69,7 +71,6 @@ _PERIOD_SECONDS = {
     "minute": 60,
     "second": 1,
 }
-_PER = {"year": "a year", "month": "a month", "day": "a day", "hour": "an hour"}
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,13 @@ class Capacity:
     ends_at: datetime | None = None
     #: a max_value bound of a definition that cycles: it starts again, never runs out
     cycles: bool = False
+    #: seconds until the current period ends (a per-period bound), None for a bound over all
+    #: time
+    period_left_seconds: float | None = None
+    #: at the measured rate, the current period ends before its counter runs out (its count
+    #: restarts then); ``runway_seconds`` is then when a later period's counter runs out, or
+    #: None when a whole period's values last the period
+    period_ends_first: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``ends_at`` as ISO 8601)."""
@@ -115,14 +123,30 @@ class Capacity:
         return d
 
     def summary(self) -> str:
-        """One line for a table: ``80.1 % of {seq:03} per day (199 left), out in 3 h``."""
+        """One line for a table: ``80.1 % of {seq:03} per day (199 left), out in 3 h, before
+        the day ends``."""
         if self.cycles:
             return f"cycles ({self.note})"
         left = "" if self.left is None else f" ({self.left:,} left)"
         out = f"{_percent(self.fraction)} of {self.note}{left}"
-        if self.runway_seconds is not None:
-            out += f", out in {duration(self.runway_seconds)}"
+        when = runway_words(self)
+        return f"{out}, {when}" if when else out
+
+
+def runway_words(c: Capacity) -> str:
+    """When the limit ``c`` runs out at the measured rate, and, for a per-period counter, which
+    comes first: its running out (``out in 3 h, before the day ends``) or the end of the period,
+    when it starts again (``the day ends first, in 8 h; a later day's runs out in 31 h``). ""
+    when nothing is known (no rate) or nothing runs out."""
+    if c.period_ends_first and c.period_left_seconds is not None:
+        out = f"the {c.period} ends first, in {duration(c.period_left_seconds)}"
+        if c.runway_seconds is not None:
+            out += f"; a later {c.period}'s runs out in {duration(c.runway_seconds)}"
         return out
+    if c.runway_seconds is None:
+        return ""
+    before = f", before the {c.period} ends" if c.period and c.kind != "time_bits" else ""
+    return f"out in {duration(c.runway_seconds)}{before}"
 
 
 def sort_key(c: Capacity) -> tuple[bool, float, float]:
@@ -252,7 +276,7 @@ def _counters(spec: SequenceSpec, now: datetime) -> list[_Counter]:
     shards = spec.options.get("shards", 1) if spec.strategy == "strict" else 1
     shards = shards if isinstance(shards, int) and shards >= 1 else 1
     base, period, period_end = spec.name, None, None
-    field: tuple[int, str, str] | None = None  # (largest counter, spelled, suggestion)
+    field: tuple[int, str, str | None] | None = None  # (largest counter, spelled, grown)
     if spec.template:
         template = compile_template(spec)
         period = reset_period(spec, template)
@@ -262,16 +286,21 @@ def _counters(spec: SequenceSpec, now: datetime) -> list[_Counter]:
         seq = template._seq  # the sequence part: its width is the bound (formats/template.py)
         if seq.limit < BIGINT_MAX:
             # a sharded strict sequence shows counter * shards + shard
-            field = ((seq.limit - shards + 1) // shards, seq.spelled, _wider(seq.spelled))
+            top = (seq.limit - shards + 1) // shards
+            field = (top, seq.spelled, grown_template(spec))
     keys = shard_keys(base, shards)
     per = f" per {period}" if period else ""
     out: list[_Counter] = []
     if field is not None and field[0] < spec.max_value:
-        top, spelled, wider = field
+        top, spelled, grown = field
+        # only what the rule of redefinition allows once a sequence issued: the field may grow
+        # (a wider field, another template or another reset period would be refused)
         advice = (
-            f"Widen the field to {wider} (or add ',grow'), or reset the counter more often."
-            if wider
-            else "Reset the counter more often, or use a wider field."
+            f"Let its field grow: template {grown!r} writes the numbers issued as before and "
+            f"takes more digits where {spelled} is full."
+            if grown
+            else "Its template cannot change once it issued: define a successor sequence whose "
+            "field holds more values, and move to it before then."
         )
         if top - spec.min_value + 1 >= 1:
             out.append(
@@ -318,14 +347,10 @@ def _counted(
     used = min(max(used, 0), c.bound)
     left = c.bound - used
     fraction = used / c.bound
+    period_left = None if c.period_end is None else max((c.period_end - now).total_seconds(), 0.0)
     # a counter that cycles never runs out: no runway, never a warning
-    runway = None if c.cycles else _runway(c, left, rate, now)
-    warning = None
-    if not c.cycles and (fraction >= limit or (runway is not None and runway < horizon)):
-        what = f"{used:,} of the {c.bound:,} values of {c.note} are used ({_percent(fraction)})"
-        when = "" if runway is None else f"; at the measured rate: out in {duration(runway)}"
-        warning = f"Sequence {name!r}: {what}{when}. {c.advice}"
-    return Capacity(
+    runway = None if c.cycles else _runway(c, left, rate, period_left)
+    found = Capacity(
         name,
         c.kind,
         c.bound,
@@ -333,28 +358,40 @@ def _counted(
         left,
         fraction,
         runway,
-        warning,
+        None,
         strategy=strategy,
         period=c.period,
         note=c.note,
         rate=rate,
         ends_at=None if runway is None else now + timedelta(seconds=min(runway, 1e11)),
         cycles=c.cycles,
+        period_left_seconds=period_left,
+        # this period's count lasts past its end (a cycling one never ends): the end comes first
+        period_ends_first=bool(
+            not c.cycles and period_left is not None and rate and left / rate > period_left
+        ),
     )
+    if c.cycles or not (fraction >= limit or (runway is not None and runway < horizon)):
+        return found
+    what = f"{used:,} of the {c.bound:,} values of {c.note} are used ({_percent(fraction)})"
+    when = runway_words(found) if runway is not None else ""
+    when = f"; at the measured rate: {when}" if when else ""
+    return replace(found, warning=f"Sequence {name!r}: {what}{when}. {c.advice}")
 
 
-def _runway(c: _Counter, left: int, rate: float | None, now: datetime) -> float | None:
-    """Seconds until ``c`` runs out at ``rate`` values/s. A per-period bound restarts: it runs
-    out in this period, in the next one (when a whole period's values do not fit), or never."""
+def _runway(c: _Counter, left: int, rate: float | None, period_left: float | None) -> float | None:
+    """Seconds until ``c`` runs out at ``rate`` values/s (``period_left``: seconds until the
+    current period ends, None for a bound over all time). A per-period count restarts when its
+    period ends: it runs out when exhausted or not this period, whichever comes first; then in
+    a later one (after a whole period's values, when they do not last the period), or never."""
     if rate is None or rate <= 0:
         return None
-    if c.period_end is None:
+    if period_left is None:
         return left / rate
-    this_period = max((c.period_end - now).total_seconds(), 0.0)
-    if left / rate <= this_period:
+    if left / rate <= period_left:
         return left / rate
     if rate * _PERIOD_SECONDS[c.period or "day"] >= c.bound:
-        return this_period + c.bound / rate
+        return period_left + c.bound / rate
     return None
 
 
@@ -513,15 +550,6 @@ def rate_function(alias: str, now: datetime | None = None) -> Callable[[str], fl
 # --- words ---------------------------------------------------------------------------------
 
 
-def _wider(spelled: str) -> str:
-    """``{seq:03}`` -> ``{seq:04}`` (one more character), or "" when it has no width."""
-    found = re.search(r"(?<=[:,])0\d+", spelled)
-    if found is None:
-        return ""
-    width = int(found.group(0)) + 1
-    return f"{spelled[: found.start()]}0{width}{spelled[found.end() :]}"
-
-
 def _period_end(period: str, tz: tzinfo, now: datetime) -> datetime:
     """The end of the ``period`` holding ``now`` in time zone ``tz``."""
     local = now.astimezone(tz)
@@ -565,6 +593,7 @@ __all__ = [
     "compute",
     "duration",
     "rate_function",
+    "runway_words",
     "sort_key",
     "static_capacity",
 ]

@@ -2,7 +2,14 @@
 sequences declared in ``DJANGO_SEQUENCES["SEQUENCES"]``, with their shard rows, auto-increment
 tables and the inner definitions of failover and memory_bits sequences on their own database
 aliases; report every field in which a stored definition differs from its declaration, and
-apply the declaration only with ``--update`` (refused when it could issue values again).
+apply the declaration only with ``--update``.
+
+``--update`` applies a declaration only as the rule of what may change once a sequence issued
+allows (:mod:`django_sequences.redefinition`, the rule the admin and ``sequences_define`` apply
+too). A stored definition changed since (in the admin, by ``sequences_define``) in a way the
+rule refuses to undo (a sequence field grown to ``{seq:06,grow}`` while the settings still
+declare ``{seq:06}``) stays as it is: the command provisions every other sequence, names the
+refused one with what to declare to agree with it, and exits with status 1.
 
 A thin wrapper over :meth:`Sequence.objects.provision_details
 <django_sequences.managers.SequenceManager.provision_details>`.
@@ -12,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...models import Sequence
-from ..base import SequenceCommand
+from ..base import JsonCommandError, SequenceCommand
 
 
 class Command(SequenceCommand):
@@ -39,6 +46,11 @@ class Command(SequenceCommand):
     DRIFTED = "{name}: differs from its declaration; run with --update to apply it"
     UPDATED = "updated {name}: {drift}"
     WOULD_UPDATE = "would update {name}: {drift}"
+    REFUSED = "not updated {name}: {why}"
+    ANY_REFUSED = (
+        "--update left {count} stored definition(s) as they were, in force: {names} (the "
+        "others are provisioned)."
+    )
     NONE_DECLARED = "No sequences are declared in DJANGO_SEQUENCES['SEQUENCES']."
 
     dry_run_help = "only say what would be made"
@@ -49,17 +61,35 @@ class Command(SequenceCommand):
         parser.add_argument(
             "--update",
             action="store_true",
-            help="replace stored definitions that differ from their declaration (refused when "
-            "the change could issue values again)",
+            help="replace stored definitions that differ from their declaration; a change that "
+            "could issue values again is refused (exit status 1, the others are applied)",
         )
 
+    _printed_refusal = ""
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        super().handle(*args, **options)
+        if self._printed_refusal:  # in the JSON already ("refused"): exit status 1 all the same
+            raise JsonCommandError(self._printed_refusal)
+
     def run(self, options: dict[str, Any]) -> None:
+        self._printed_refusal = ""
         dry_run: bool = options["dry_run"]
         done = Sequence.objects.provision_details(
             options["names"] or None,
             using=options["database"],
             dry_run=dry_run,
             update=options["update"],
+            keep_going=True,
+        )
+        refused = [p for p in done if p.refused]
+        summary = "\n".join(
+            [
+                *(self.REFUSED.format(name=p.name, why=p.refused) for p in refused),
+                self.ANY_REFUSED.format(
+                    count=len(refused), names=", ".join(p.name for p in refused)
+                ),
+            ]
         )
         if options["json"]:
             data = {
@@ -76,11 +106,13 @@ class Command(SequenceCommand):
                             for d in p.drift
                         ],
                         "updated": p.updated,
+                        "refused": p.refused or None,
                     }
                     for p in done
                 ],
             }
             self.write_json(data)
+            self._printed_refusal = summary if refused else ""
             return
         if not done:
             self.say(self.NONE_DECLARED)
@@ -101,8 +133,10 @@ class Command(SequenceCommand):
             for d in p.drift:
                 line = applied if p.updated else self.DRIFT
                 self.say(line.format(name=p.name, drift=d))
-            if p.drift and not p.updated:  # a warning: said on stderr under -v 0
+            if p.drift and not (p.updated or p.refused):  # a warning: said on stderr under -v 0
                 out = self.stdout if self.verbosity >= 1 else self.stderr
                 out.write(self.DRIFTED.format(name=p.name))
             if not (p.created or p.rows or p.tables or p.inner or p.drift):
                 self.say(self.UP_TO_DATE.format(name=p.name))
+        if refused:
+            raise CommandError(summary)

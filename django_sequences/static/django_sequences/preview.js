@@ -59,7 +59,8 @@
     function show(data) {
       box.replaceChildren();
       if (!data.ok) {
-        box.appendChild(el("p", "dsq-preview-error errornote", data.error));
+        // a <pre> (admin.css): the caret under a bad template lines up in a monospace font
+        box.appendChild(el("pre", "dsq-preview-error errornote", data.error));
         box.dataset.state = "error";
         return;
       }
