@@ -286,7 +286,7 @@ def test_fixed_width_overflow_raises_naming_the_template() -> None:
     assert caught.value.name == "order"
     assert caught.value.limit == 99_999
     assert "'order'" in str(caught.value) and "{seq:05}" in str(caught.value)
-    assert "Widen the field" in str(caught.value)
+    assert "Add ',grow' to the field" in str(caught.value)
 
 
 def test_overflow_without_a_name_names_the_template_text() -> None:

@@ -674,9 +674,9 @@ class _Seq(_Part):
                 label,
                 limit,
                 f"Template {label!r}: the sequence value {value} does not fit {spelled}, "
-                f"which holds values up to {limit:,}{per_period}. Widen the field, add "
-                f"',grow', reset the sequence per period, or set the sequence's max_value "
-                f"to {limit} so it stops (or cycles) there.",
+                f"which holds values up to {limit:,}{per_period}. Add ',grow' to the field "
+                f"(the numbers issued keep their text), continue in a successor sequence, "
+                f"or set the sequence's max_value to {limit} so it stops (or cycles) there.",
             )
 
         return error
