@@ -33,8 +33,7 @@ from .formats.obfuscation import new_salt
 
 # the rule of what may change once a series issued (models.py imports the last two from here)
 from .redefinition import check_redefinition
-from .redefinition import has_issued as has_issued
-from .redefinition import period_change as period_change
+from .redefinition import refusals as refusals
 from .sources.callers import in_own_transaction
 from .sources.connections import insert, on_private, resolve_alias, select
 from .sources.rows import marked_salt, row_for

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
@@ -16,7 +17,7 @@ from .compat import check_constraint
 from .conf import VOIDED_POLICIES, docs_url
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
-from .definitions import has_issued, period_change
+from .definitions import refusals
 from .exceptions import InvalidDefinition, InvalidName, TemplateError
 from .formats.obfuscation import new_salt
 from .managers import SegmentManager, SequenceManager
@@ -218,11 +219,13 @@ class Sequence(_Bounds):
             if exc.field in _DEFINITION_FIELDS:
                 raise ValidationError({exc.field: str(exc)}) from exc
             raise ValidationError(str(exc)) from exc
-        self._check_period_change()
+        self._check_change()
 
-    def _check_period_change(self) -> None:
-        """An edit of a sequence that issued must not restart its numbers' counter under the
-        same dates (invariant I7): refused with a message on ``reset``."""
+    def _check_change(self) -> None:
+        """An edit of a sequence that issued follows the rule of what may change
+        (:mod:`django_sequences.redefinition`: a number issued is never issued again and keeps
+        its meaning), each refusal next to its field: the admin's form, and any ModelForm a
+        project makes of this model, refuse what ``sequences_define`` and provisioning do."""
         if self.pk is None:
             return
         db = self._state.db or "default"
@@ -230,14 +233,13 @@ class Sequence(_Bounds):
         if stored is None:
             return
         old = stored.spec()
-        problem = period_change(old, self.spec())
-        if problem and has_issued(old, using=db):
-            raise ValidationError(
-                {
-                    "reset": f"Sequence {stored.name!r} has issued numbers already, so {problem}. "
-                    f"Keep the reset as it is, or define a new sequence for the new period."
-                }
-            )
+        new = replace(self.spec(), key_salt=old.key_salt)
+        errors: dict[str, list[str]] = {}
+        for refusal in refusals(old, new, using=db):
+            field = refusal.field if refusal.field in _DEFINITION_FIELDS else NON_FIELD_ERRORS
+            errors.setdefault(field, []).append(refusal.message(old.name))
+        if errors:
+            raise ValidationError(errors)
 
     def spec(self) -> SequenceSpec:
         """This definition as generators see it."""

@@ -1263,3 +1263,29 @@ def test_a_stored_template_that_no_longer_compiles_is_refused_not_a_server_error
     assert response.status_code == 200
     [error] = response.context["adminform"].form.errors["template"]
     assert "template cannot change" in error and "the one change allowed" not in error
+
+
+def test_a_projects_own_model_form_applies_the_rule_of_changes() -> None:
+    """The rule lives in ``Sequence.clean()``: a ModelForm a project makes of the model (or
+    ``full_clean()``) refuses what the admin and provisioning refuse, next to the field."""
+    from django import forms
+
+    from django_sequences import next_number
+
+    class Edit(forms.ModelForm):
+        class Meta:
+            model = Sequence
+            fields = ["name", "strategy", "step", "min_value", "max_value", "template"]
+
+    Sequence.objects.define("adm.own", step=10, template="O{seq:04}")
+    seq = Sequence.objects.get(name="adm.own")
+    data = {f: getattr(seq, f) for f in Edit.Meta.fields}
+    assert Edit({**data, "template": "O{seq:05}"}, instance=seq).is_valid()  # nothing issued
+    next_number("adm.own")
+    wider = Edit({**data, "template": "O{seq:05}"}, instance=Sequence.objects.get(pk=seq.pk))
+    assert not wider.is_valid()
+    assert "template cannot change" in wider.errors["template"][0]
+    lower = Edit({**data, "max_value": 5}, instance=Sequence.objects.get(pk=seq.pk))
+    assert not lower.is_valid() and "max_value cannot go below 10" in lower.errors["max_value"][0]
+    grown = Edit({**data, "template": "O{seq:04,grow}"}, instance=Sequence.objects.get(pk=seq.pk))
+    assert grown.is_valid(), grown.errors

@@ -4,7 +4,6 @@ the package's messages for admin users (:func:`for_people`)."""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
 from django import forms
@@ -18,7 +17,6 @@ from ..core.base import SequenceSpec
 from ..core.validation import check_bounds, check_name
 from ..exceptions import InvalidDefinition, InvalidKey, InvalidName, InvalidToken, TemplateError
 from ..models import ApiToken, Sequence
-from ..redefinition import refusals
 from ..strategies import names as strategy_names
 from .preview import DEFINING_FIELDS, EDITABLE_FIELDS, counter_keys
 
@@ -180,23 +178,9 @@ class SequenceForm(forms.ModelForm):
             return data
         except (InvalidDefinition, InvalidName):
             return data  # Sequence.clean() (run next, by the ModelForm) reports it
-        if inst.pk:
-            self._check_change(spec)
+        # what may change once the sequence issued: Sequence.clean(), run next, applies the
+        # rule provisioning and sequences_define apply, each refusal next to its field
         return data
-
-    def _check_change(self, new: SequenceSpec) -> None:
-        """What may change once the sequence issued: the rule provisioning and
-        ``sequences_define`` apply (:mod:`django_sequences.redefinition`), each refusal next
-        to its field."""
-        db = self.instance._state.db or "default"
-        stored = type(self.instance).objects.using(db).filter(pk=self.instance.pk).first()
-        if stored is None:
-            return
-        old = stored.spec()
-        new = replace(new, key_salt=old.key_salt)
-        for refusal in refusals(old, new, using=db):
-            field = refusal.field if refusal.field in self.fields else None
-            self.add_error(field, refusal.message(old.name))
 
 
 class SetValueForm(forms.Form):
