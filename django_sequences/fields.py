@@ -41,6 +41,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from django.conf import settings
 from django.core import checks
 from django.db import models, router, transaction
 from django.db.models.signals import class_prepared, post_init, post_save, pre_save
@@ -109,6 +110,15 @@ class _SequenceFieldMixin:
             value = self.issue(model_instance)
             setattr(model_instance, self.attname, value)
         return value
+
+    def _declared(self) -> dict[str, Any]:
+        """The sequence's declaration in ``DJANGO_SEQUENCES["SEQUENCES"]`` as the checks read
+        it (empty when it is not declared or the setting is malformed: the settings checks
+        report that)."""
+        declared = getattr(settings, "DJANGO_SEQUENCES", {})
+        declared = declared.get("SEQUENCES", {}) if isinstance(declared, dict) else {}
+        opts = declared.get(self.sequence, {}) if isinstance(declared, dict) else {}
+        return opts if isinstance(opts, dict) else {}
 
     def _check_sequence(self) -> list[checks.CheckMessage]:
         try:
@@ -219,12 +229,7 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
         """The template compiles, and its longest rendering fits ``max_length``. Uses the
         field's template, else the declared one (``DJANGO_SEQUENCES["SEQUENCES"]``); a
         template that lives only in the database is checked when it is defined."""
-        from django.conf import settings
-
-        declared = getattr(settings, "DJANGO_SEQUENCES", {})
-        declared = declared.get("SEQUENCES", {}) if isinstance(declared, dict) else {}
-        opts = declared.get(self.sequence, {}) if isinstance(declared, dict) else {}
-        opts = opts if isinstance(opts, dict) else {}
+        opts = self._declared()
         text = self.template if self.template is not None else opts.get("template")
         if not text:
             return []
@@ -321,12 +326,8 @@ class SequenceIntegerField(_SequenceFieldMixin, models.BigIntegerField):  # type
         """A unique column of values of a sequence whose template restarts its counter every
         period: the values start again each period, so the next period's first save would
         collide with this one's (the numbers carry the date; the values do not)."""
-        from django.conf import settings
-
-        declared = getattr(settings, "DJANGO_SEQUENCES", {})
-        declared = declared.get("SEQUENCES", {}) if isinstance(declared, dict) else {}
-        opts = declared.get(self.sequence, {}) if isinstance(declared, dict) else {}
-        text = opts.get("template") if isinstance(opts, dict) else None
+        opts = self._declared()
+        text = opts.get("template")
         if not self.unique or not text or opts.get("reset") == "never":
             return []
         try:
