@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 SHARED_PORTS = frozenset({5432, 3306, 6379, 5672})
 
@@ -119,7 +119,8 @@ class PrivateServer:
         """Start the server and wait until it answers."""
         if self.starts == 0:
             self.prepare()
-        assert self.proc is None, f"private {self.kind} already running"
+        if self.proc is not None:
+            raise RuntimeError(f"private {self.kind} on port {self.port} is running already")
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 self.command(),
@@ -356,8 +357,11 @@ def private_database(vendor: str) -> PrivateDatabase:
     raise ValueError(f"no private server for vendor {vendor!r}")
 
 
+_S = TypeVar("_S", bound=PrivateServer)
+
+
 @contextlib.contextmanager
-def running(server: PrivateServer) -> Iterator[Any]:
+def running(server: _S) -> Iterator[_S]:
     """``server`` started for the block, stopped (by pid) and its files removed afterwards."""
     try:
         server.start()
