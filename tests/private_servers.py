@@ -11,9 +11,8 @@ address they knew) and points the code under test at it:
 - :func:`redis_alias`: a cache alias (``sequences``, the redis strategies' default) on the
   private Redis, in this process and, through ``REDIS_URL`` (which testproject/settings.py
   reads), in the children it spawns;
-- :func:`add_database_alias`: a database alias on a private PostgreSQL or MariaDB, migrated;
-  its settings are what spawned children add (``aliases`` of tests/workers.py's
-  ``setup_django``).
+- :func:`database_alias`: a database alias on a private PostgreSQL or MariaDB, migrated; its
+  settings are what spawned children add (``aliases`` of tests/workers.py's ``setup_django``).
 
 As root (the CI machine), PostgreSQL runs as user ``postgres`` (it refuses root) and MariaDB as
 ``mysql``; their directories are made outside pytest's ``tmp_path``, which only root may enter.
@@ -32,7 +31,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pytest_django import DjangoDbBlocker
 
 SHARED_PORTS = frozenset({5432, 3306, 6379, 5672})
 
@@ -435,3 +437,19 @@ def remove_database_alias(alias: str) -> None:
     connections.settings.pop(alias, None)
     if hasattr(connections._connections, alias):  # type: ignore[attr-defined]
         delattr(connections._connections, alias)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def database_alias(
+    server: PrivateDatabase, alias: str, name: str, blocker: DjangoDbBlocker
+) -> Iterator[dict[str, Any]]:
+    """``server`` started, and database ``alias`` on it (:func:`add_database_alias`, with
+    database access opened by pytest-django's ``blocker`` for the migration only), for the
+    block; the alias's settings. Afterwards the alias is removed and the server stopped."""
+    with running(server):
+        with blocker.unblock():
+            params = add_database_alias(server, alias, name)
+        try:
+            yield params
+        finally:
+            remove_database_alias(alias)

@@ -24,19 +24,14 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.db import connection, connections
+from pytest_django import DjangoDbBlocker
 
 from django_sequences import get_sequence, next_value
 from django_sequences.models import Sequence
 from django_sequences.sources.connections import lease_connection
 
 from . import workers
-from .private_servers import (
-    PrivateMariaDB,
-    PrivateRedis,
-    add_database_alias,
-    remove_database_alias,
-    running,
-)
+from .private_servers import PrivateMariaDB, PrivateRedis, database_alias
 from .tcpproxy import TcpProxy
 from .workers import db_env
 
@@ -56,18 +51,14 @@ MARIADB = "private_mariadb"
 
 @pytest.fixture(scope="module")
 def private_mariadb(
-    django_db_setup: None, django_db_blocker: Any
+    django_db_setup: None, django_db_blocker: DjangoDbBlocker
 ) -> Iterator[tuple[PrivateMariaDB, dict[str, Any]]]:
     """Database alias ``private_mariadb``: a MariaDB started here on a free port, migrated; its
     settings go to the spawned children. (Module-scoped: the alias must exist before a test
     that lists it in ``databases`` starts.)"""
-    with running(PrivateMariaDB()) as server:
-        with django_db_blocker.unblock():
-            params = add_database_alias(server, MARIADB, "failover")
-        try:
-            yield server, params
-        finally:
-            remove_database_alias(MARIADB)
+    server = PrivateMariaDB()
+    with database_alias(server, MARIADB, "failover", django_db_blocker) as params:
+        yield server, params
 
 
 def wait_for(pred: Callable[[], bool], what: str, timeout: float = 20.0) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections
+from pytest_django import DjangoDbBlocker
 
 import django_sequences
 from django_sequences import next_value
@@ -22,13 +23,7 @@ from django_sequences.models import Sequence
 from django_sequences.sources import connections as lease_connections
 
 from . import workers
-from .private_servers import (
-    PrivateDatabase,
-    add_database_alias,
-    private_database,
-    remove_database_alias,
-    running,
-)
+from .private_servers import PrivateDatabase, database_alias, private_database
 from .workers import db_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.servers]
@@ -84,7 +79,7 @@ PRIVATE = "private_db"
 
 @pytest.fixture(scope="module")
 def private_db(
-    django_db_setup: None, django_db_blocker: Any
+    django_db_setup: None, django_db_blocker: DjangoDbBlocker
 ) -> Iterator[tuple[PrivateDatabase, dict[str, Any]]]:
     """Database alias ``private_db`` on a private server of this run's vendor (PostgreSQL or
     MariaDB, started here on a free port), migrated: the server the tests stop and start. Its
@@ -92,13 +87,9 @@ def private_db(
     that lists it in ``databases`` starts; each test's teardown empties its tables.)"""
     if connection.vendor not in ("postgresql", "mysql"):
         pytest.skip("SQLite has no server to stop; the PostgreSQL and MariaDB runs cover this")
-    with running(private_database(connection.vendor)) as server:
-        with django_db_blocker.unblock():
-            params = add_database_alias(server, PRIVATE, "faults")
-        try:
-            yield server, params
-        finally:
-            remove_database_alias(PRIVATE)
+    server = private_database(connection.vendor)
+    with database_alias(server, PRIVATE, "faults", django_db_blocker) as params:
+        yield server, params
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", PRIVATE])
