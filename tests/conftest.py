@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, settings
 from django_sequences import registry
 from django_sequences.sources import connections as lease_connections
 
+from .private_servers import PrivateRedis, redis_alias, running
+
 # Hypothesis: no deadline anywhere (a loaded CI machine fails examples on time alone) and no
 # health check on slow data generation; "ci" runs more examples where CI sets it.
 settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -114,22 +116,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _redis_shared(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test holds the Redis tests' lock shared (tests/redisutil.py), so a test that
-    flushes, stops or restarts Redis (``xprefix``, exclusive) never runs while a test of
-    another process uses Redis: another tox environment, or the other xdist worker of this
-    one. Tests that take it exclusively do not take it shared as well (flock would wait on
-    itself)."""
-    if "xprefix" in request.fixturenames:
-        yield
-        return
-    from . import redisutil
-
-    with redisutil.sharing(exclusive=False):
-        yield
-
-
-@pytest.fixture(autouse=True)
 def _fresh_tokens() -> Iterator[None]:
     """Each test starts with the JSON API's token cache empty: a token row cached by an
     earlier test (its tables flushed since) must not answer for this one. (tests/test_http.py
@@ -171,21 +157,20 @@ def vendor(db: None) -> str:
 
 @pytest.fixture
 def prefix() -> Iterator[str]:
-    """A unique key prefix; other test runs may use Redis meanwhile."""
+    """A unique key prefix on the shared Redis; other test runs use it meanwhile."""
     from . import redisutil
 
-    with redisutil.key_prefix(exclusive=False) as p:
+    with redisutil.key_prefix() as p:
         yield p
 
 
 @pytest.fixture
-def xprefix() -> Iterator[str]:
-    """A unique key prefix, for a test that flushes, stops or restarts Redis: no other test run
-    uses Redis meanwhile (see tests/redisutil.py)."""
-    from . import redisutil
-
-    with redisutil.key_prefix(exclusive=True) as p:
-        yield p
+def private_redis() -> Iterator[PrivateRedis]:
+    """A Redis of the test's own on a free port (tests/private_servers.py), cache alias
+    ``sequences`` pointed at it in this process and in the children it spawns: for a test that
+    flushes, stops or restarts Redis. Stopped by its pid afterwards."""
+    with running(PrivateRedis()) as server, redis_alias(server):
+        yield server
 
 
 def rows(key: str) -> tuple[int, int] | None:

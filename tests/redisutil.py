@@ -1,78 +1,38 @@
-"""Helpers for the Redis tests: an admin client, unique key prefixes, stopping and starting the
-local Redis (which keeps nothing on disk, so a restart loses every key).
+"""Helpers for the Redis tests: an admin client, unique key prefixes, children that issue while
+the parent disrupts Redis.
 
-Some tests flush or restart the one Redis every test run shares. :func:`sharing` keeps them
-apart from other runs' Redis tests (tox environments, or a colleague's run, at the same time):
-an ordinary test holds a shared lock on a file for its duration, a test that flushes, stops or
-restarts Redis holds it exclusively.
+Every test run on the machine shares the Redis on 6379, so a test there only touches keys under
+a prefix of its own (:func:`key_prefix`). A test that flushes, stops or restarts Redis does it to
+a private Redis of its own (the ``private_redis`` fixture, tests/private_servers.py), never to
+the shared one: no test needs the shared Redis to itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import multiprocessing
-import os
-import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-from urllib.parse import urlparse
 
 import redis
 from django.conf import settings
 
 from django_sequences.core.validation import BIGINT_MAX
 
-START = [
-    "redis-server",
-    "--daemonize",
-    "yes",
-    "--bind",
-    "127.0.0.1",
-    "-::1",
-    "--port",
-    "6379",
-    "--save",
-    "",
-    "--appendonly",
-    "no",
-    "--dir",
-    "/var/lib/redis",
-    "--logfile",
-    "/var/log/redis/ci.log",
-]
 
-
-@contextlib.contextmanager
-def sharing(exclusive: bool) -> Iterator[None]:
-    """Hold the Redis tests' lock, shared or exclusive, for the block (see the module doc)."""
-    path = os.path.join(tempfile.gettempdir(), "django-sequences-redis-tests.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # releases it (forked children exit at the end of their test)
-
-
-@contextlib.contextmanager
-def key_prefix(exclusive: bool) -> Iterator[str]:
-    """A unique key prefix for one test, under the lock; its keys are deleted afterwards."""
-    with sharing(exclusive):
-        start()  # a failed run may have left it down
-        p = new_prefix()
-        try:
-            yield p
-        finally:
-            delete_prefix(p)
+def url() -> str:
+    """The Redis the redis strategies use: cache alias ``sequences`` (a test's private Redis
+    while the ``private_redis`` fixture points it there)."""
+    found = settings.CACHES.get("sequences")
+    return str(found["LOCATION"]) if found else str(settings.REDIS_URL)
 
 
 def admin() -> redis.Redis:
-    """A client of its own (not the strategies' pool), for setup and inspection."""
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
+    """A client of its own (not the strategies' pool), for setup and inspection, of the Redis
+    the strategies use now (:func:`url`)."""
+    return redis.Redis.from_url(url(), socket_timeout=5, socket_connect_timeout=2)
 
 
 def new_prefix() -> str:
@@ -87,14 +47,35 @@ def delete_prefix(prefix: str) -> None:
             r.delete(*keys)
 
 
-def flushall() -> None:
-    admin().flushall()
+@contextlib.contextmanager
+def key_prefix(exclusive: bool = False) -> Iterator[str]:
+    """A unique key prefix for one test; its keys are deleted afterwards. (``exclusive`` is
+    refused: tests/test_contract.py still passes ``exclusive=False``.)"""
+    with sharing(exclusive):
+        p = new_prefix()
+        try:
+            yield p
+        finally:
+            delete_prefix(p)
 
 
-def is_local() -> bool:
-    """Whether REDIS_URL is the Redis these helpers can stop and start."""
-    url = urlparse(settings.REDIS_URL)
-    return url.hostname in ("127.0.0.1", "localhost") and (url.port or 6379) == 6379
+@contextlib.contextmanager
+def sharing(exclusive: bool = False) -> Iterator[None]:
+    """What is left of the lock that kept the tests that flushed or stopped the shared Redis
+    apart from the others: nothing to hold, since none does any more. tests/test_tasks.py
+    still enters it; a test that asks for the shared Redis to itself is refused."""
+    if exclusive:
+        raise AssertionError(
+            "no test gets the shared Redis to itself: flush, stop or restart a private one "
+            "(the private_redis fixture, tests/private_servers.py)"
+        )
+    yield
+
+
+def start() -> None:
+    """Wait until the shared Redis answers PING (tests/test_tasks.py calls it before starting
+    a Celery worker). It never starts or stops it: scripts/services does."""
+    wait_for(answers, 30, "the shared Redis to answer (scripts/services starts it)")
 
 
 def answers() -> bool:
@@ -102,47 +83,6 @@ def answers() -> bool:
         return bool(admin().ping())
     except redis.RedisError:
         return False
-
-
-def wait(up: bool, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while answers() != up:
-        if time.monotonic() > end:
-            raise AssertionError(f"Redis still {'down' if up else 'up'} after {timeout:g} s")
-        time.sleep(0.01)
-
-
-def stop() -> None:
-    subprocess.run(
-        ["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"],
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
-    wait(up=False)
-
-
-def start() -> None:
-    """Start the local Redis if it does not answer, and wait until it answers PING."""
-    if answers():
-        return
-    subprocess.run(START, capture_output=True, timeout=30, check=True)
-    wait(up=True)
-
-
-@contextlib.contextmanager
-def down() -> Iterator[None]:
-    """Redis stopped for the block, started again afterwards whatever happens."""
-    stop()
-    try:
-        yield
-    finally:
-        start()
-
-
-def restart() -> None:
-    with down():
-        pass
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:

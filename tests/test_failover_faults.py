@@ -1,7 +1,10 @@
-"""The ``failover`` strategy against real faults (issue 6): a partition's store stopped and
-started under load (MariaDB, Redis), and a partition made slow through a TCP proxy. Callers see
-latency, never an error; the partition comes back after ``rescue_after``; no value is issued
-twice (every value issued is counted).
+"""The ``failover`` strategy against real faults: a partition's store stopped and started
+under load (MariaDB, Redis), and a partition made slow through a TCP proxy. Callers see latency,
+never an error; the partition comes back after ``rescue_after``; no value is issued twice (every
+value issued is counted).
+
+The store that is stopped is a private server started for the test on a free loopback port
+(tests/private_servers.py), never a shared one; the proxy only delays what passes through it.
 
 Every value is ``inner << 1 | index`` here (two partitions): odd values come from partition 1,
 the one the tests break.
@@ -12,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import multiprocessing
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,12 +24,14 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.db import connection, connections
+from pytest_django import DjangoDbBlocker
 
 from django_sequences import get_sequence, next_value
 from django_sequences.models import Sequence
 from django_sequences.sources.connections import lease_connection
 
-from . import redisutil, workers
+from . import workers
+from .private_servers import PrivateMariaDB, PrivateRedis, database_alias
 from .tcpproxy import TcpProxy
 from .workers import db_env
 
@@ -39,43 +43,22 @@ RESCUE_AFTER = 1.0
 # issuing threads on a few CPUs) makes an ordinary lease take over 50 ms now and then
 SLOW_MS = 2000
 
-# Known at collection, so that a skipped test takes no fixture (the Redis lock, alias "other").
+# Known at collection, so that a skipped test starts no private server.
 ON_POSTGRESQL = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+#: the database alias of the private MariaDB
+MARIADB = "private_mariadb"
 
 
-def services(*args: str) -> None:
-    """``scripts/services`` (the README's service commands: stop and start by pid file, so only
-    the MariaDB on 3306 is touched)."""
-    root = Path(__file__).resolve().parent.parent
-    subprocess.run([str(root / "scripts" / "services"), *args], check=True, timeout=120)
-
-
-def mariadb_answers() -> bool:
-    """Whether the MariaDB of alias "other" (a run on PostgreSQL) takes connections."""
-    import MySQLdb
-
-    db = connections.settings["other"]
-    try:
-        MySQLdb.connect(
-            host=db["HOST"],
-            port=int(db["PORT"]),
-            user=db["USER"],
-            password=db["PASSWORD"],
-            connect_timeout=2,
-        ).close()
-    except MySQLdb.Error:
-        return False
-    return True
-
-
-def stop_mariadb() -> None:
-    services("stop", "mariadb")
-    wait_for(lambda: not mariadb_answers(), "MariaDB to stop", 30)
-
-
-def start_mariadb() -> None:
-    services("start")
-    wait_for(mariadb_answers, "MariaDB to start", 60)
+@pytest.fixture(scope="module")
+def private_mariadb(
+    django_db_setup: None, django_db_blocker: DjangoDbBlocker
+) -> Iterator[tuple[PrivateMariaDB, dict[str, Any]]]:
+    """Database alias ``private_mariadb``: a MariaDB started here on a free port, migrated; its
+    settings go to the spawned children. (Module-scoped: the alias must exist before a test
+    that lists it in ``databases`` starts.)"""
+    server = PrivateMariaDB()
+    with database_alias(server, MARIADB, "failover", django_db_blocker) as params:
+        yield server, params
 
 
 def wait_for(pred: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
@@ -123,7 +106,13 @@ class Run:
     :meth:`poll` reads as they grow."""
 
     def __init__(
-        self, tmp_path: Path, name: str, db_names: dict[str, str], processes: int, threads: int
+        self,
+        tmp_path: Path,
+        name: str,
+        db_names: dict[str, str],
+        processes: int,
+        threads: int,
+        aliases: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.dir = tmp_path
         self.stop_file = str(tmp_path / "stop")
@@ -135,7 +124,16 @@ class Run:
         self.procs = [
             ctx.Process(
                 target=workers.spawned_issue_threads_until,
-                args=(db_env(), db_names, name, threads, self.stop_file, self.out(s), limit),
+                args=(
+                    db_env(),
+                    db_names,
+                    name,
+                    threads,
+                    self.stop_file,
+                    self.out(s),
+                    limit,
+                    aliases,
+                ),
             )
             for s in self.sources[:-1]
         ]
@@ -298,24 +296,27 @@ def report(times: dict[str, float], summaries: list[dict[str, Any]]) -> float:
     not ON_POSTGRESQL,
     reason="the PostgreSQL run covers it (a partition on each server, MariaDB stopped)",
 )
-@pytest.mark.django_db(transaction=True, databases=["default", "other"])
-def test_mariadb_stopped_mid_run(tmp_path: Path, record_property: Any) -> None:
-    """Partitions on PostgreSQL and MariaDB; MariaDB is stopped while three spawned processes
-    and this one (two threads each) issue, then started again."""
-    assert connection.vendor == "postgresql" and connections["other"].vendor == "mysql"
-    define("fo", [{"alias": "default"}, {"alias": "other"}], timeout_ms=SLOW_MS)
+@pytest.mark.django_db(transaction=True, databases=["default", MARIADB])
+def test_mariadb_stopped_mid_run(
+    private_mariadb: tuple[PrivateMariaDB, dict[str, Any]], tmp_path: Path, record_property: Any
+) -> None:
+    """Partitions on PostgreSQL and on a private MariaDB; the MariaDB is stopped while three
+    spawned processes and this one (two threads each) issue, then started again."""
+    server, params = private_mariadb
+    assert connection.vendor == "postgresql" and connections[MARIADB].vendor == "mysql"
+    define("fo", [{"alias": "default"}, {"alias": MARIADB}], timeout_ms=SLOW_MS)
     mine = warm("fo")
-    connections["other"].close()  # the server is going away; the test's teardown reconnects
-    db_names = {a: connections[a].settings_dict["NAME"] for a in ("default", "other")}
-    run = Run(tmp_path, "fo", db_names, processes=3, threads=2)
+    connections[MARIADB].close()  # the server is going away; the test's teardown reconnects
+    db_names = {"default": connection.settings_dict["NAME"]}
+    run = Run(tmp_path, "fo", db_names, processes=3, threads=2, aliases={MARIADB: params})
     run.start()
     try:
         times = outage(
-            run, "fo", stop_mariadb, start_mariadb, cached=len(run.sources) * (2 * STEP + 2 * 64)
+            run, "fo", server.stop, server.start, cached=len(run.sources) * (2 * STEP + 2 * 64)
         )
     finally:
         summaries = run.stop()
-        connections["other"].close()
+        connections[MARIADB].close()
     record_property("worst_call_s", report(times, summaries))
     every = mine + run.every()
     assert_unique(every)
@@ -327,18 +328,16 @@ def test_mariadb_stopped_mid_run(tmp_path: Path, record_property: Any) -> None:
     not ON_POSTGRESQL,
     reason="the PostgreSQL run covers it (the failover is the same on every database)",
 )
-@pytest.mark.skipif(not redisutil.is_local(), reason="stops and starts only the local Redis")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("strategy", ["redis", "redis_segment"])
 def test_redis_restarted_mid_run(
-    strategy: str, xprefix: str, tmp_path: Path, record_property: Any
+    strategy: str, private_redis: PrivateRedis, tmp_path: Path, record_property: Any
 ) -> None:
-    """A partition on the default database, one on Redis; Redis is shut down (every key lost)
-    while three spawned processes and this one issue, then started again.
+    """A partition on the default database, one on a private Redis; the Redis is stopped (every
+    key lost) while three spawned processes and this one issue, then started again.
 
     Run on PostgreSQL only: what is tested is the failover, the same on every database; how the
-    redis strategies recover from a restart on each database is ``test_redis*.py``'s; and every
-    run holds the exclusive Redis lock, stalling other runs' Redis tests."""
+    redis strategies recover from a restart on each database is ``test_redis*.py``'s."""
     define(
         "fo",
         [
@@ -346,7 +345,7 @@ def test_redis_restarted_mid_run(
             {
                 "alias": "default",
                 "strategy": strategy,
-                "options": {"redis_alias": "sequences", "key_prefix": xprefix},
+                "options": {"redis_alias": "sequences", "key_prefix": "private:"},
             },
         ],
         timeout_ms=SLOW_MS,
@@ -358,7 +357,7 @@ def test_redis_restarted_mid_run(
     # redis: nothing cached; redis_segment: a chunk (1000) and the next one per process
     cached = len(run.sources) * 2 * 64 + (0 if strategy == "redis" else len(run.sources) * 2000)
     try:
-        times = outage(run, "fo", redisutil.stop, redisutil.start, cached=cached)
+        times = outage(run, "fo", private_redis.stop, private_redis.start, cached=cached)
     finally:
         summaries = run.stop()
     record_property("worst_call_s", report(times, summaries))

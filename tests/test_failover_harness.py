@@ -1,4 +1,5 @@
-"""Real failovers (issue 12, invariant I11), through the harness of benchmarks/failover.py.
+"""Real failovers (invariant I11: a counter never goes lower across a failover of its store),
+through the harness of benchmarks/failover.py.
 
 Each scenario starts its own servers on private loopback ports (PostgreSQL 5450-5454, MariaDB
 3320-3321 and a proxy on 3325, Redis 6400-6415, Sentinels 26400-26402, PgBouncer 6440), never

@@ -1,22 +1,29 @@
-"""Failures with real processes and real services: zero duplicates whatever happens."""
+"""Failures with real processes and real services: zero duplicates whatever happens.
+
+A database server that goes down is a private one, started for the test on a free port
+(tests/private_servers.py): the shared servers serve other test runs meanwhile."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
-import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
+from pytest_django import DjangoDbBlocker
 
 import django_sequences
 from django_sequences import next_value
 from django_sequences.models import Sequence
+from django_sequences.sources import connections as lease_connections
 
 from . import workers
+from .private_servers import PrivateDatabase, database_alias, private_database
 from .workers import db_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.servers]
@@ -67,21 +74,34 @@ def test_kill_9_a_worker_mid_run(strategy: str, tmp_path: Path) -> None:
     assert len(every) >= 4 * per + 300
 
 
-SERVICE = {"postgresql": "postgresql", "mysql": "mariadb"}
+PRIVATE = "private_db"
 
 
-def services(*args: str) -> None:
-    root = Path(__file__).resolve().parent.parent
-    subprocess.run([str(root / "scripts" / "services"), *args], check=True, timeout=120)
-
-
-@pytest.mark.parametrize("strategy", ["segment", "strict"])
-def test_database_stopped_and_started_mid_run(strategy: str, tmp_path: Path) -> None:
-    """Stop the database server under three issuing processes, start it again: they see
-    BackendUnavailable while it is down, then go on; nothing is issued twice."""
-    if connection.vendor not in SERVICE:
+@pytest.fixture(scope="module")
+def private_db(
+    django_db_setup: None, django_db_blocker: DjangoDbBlocker
+) -> Iterator[tuple[PrivateDatabase, dict[str, Any]]]:
+    """Database alias ``private_db`` on a private server of this run's vendor (PostgreSQL or
+    MariaDB, started here on a free port), migrated: the server the tests stop and start. Its
+    settings go to the spawned children. (Module-scoped: the alias must exist before a test
+    that lists it in ``databases`` starts; each test's teardown empties its tables.)"""
+    if connection.vendor not in ("postgresql", "mysql"):
         pytest.skip("SQLite has no server to stop; the PostgreSQL and MariaDB runs cover this")
-    Sequence.objects.define("order", strategy=strategy, step=100)
+    server = private_database(connection.vendor)
+    with database_alias(server, PRIVATE, "faults", django_db_blocker) as params:
+        yield server, params
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", PRIVATE])
+@pytest.mark.parametrize("strategy", ["segment", "strict"])
+def test_database_stopped_and_started_mid_run(
+    strategy: str, tmp_path: Path, private_db: tuple[PrivateDatabase, dict[str, Any]]
+) -> None:
+    """Stop the database server under three issuing processes, start it again: they see
+    BackendUnavailable while it is down, then go on; nothing is issued twice. (The server is a
+    private one of the same vendor, started for this test.)"""
+    server, params = private_db
+    Sequence.objects.define("order", strategy=strategy, step=100, using=PRIVATE)
     ctx = multiprocessing.get_context("spawn")
     name = connection.settings_dict["NAME"]
     stop = tmp_path / "stop"
@@ -89,7 +109,7 @@ def test_database_stopped_and_started_mid_run(strategy: str, tmp_path: Path) -> 
     procs = [
         ctx.Process(
             target=workers.spawned_stream_retrying,
-            args=(db_env(), name, "order", str(stop), str(p), 120.0),
+            args=(db_env(), name, "order", str(stop), str(p), 120.0, {PRIVATE: params}, PRIVATE),
         )
         for p in paths
     ]
@@ -107,12 +127,9 @@ def test_database_stopped_and_started_mid_run(strategy: str, tmp_path: Path) -> 
 
     try:
         wait_for(300, "workers never started issuing")
-        connection.close()
-        try:
-            services("stop", SERVICE[connection.vendor])
+        connections[PRIVATE].close()
+        with server.down():
             time.sleep(1.0)
-        finally:
-            services("start")
         back = issued()
         wait_for(back + 600, "workers did not recover after the restart")
     finally:
@@ -124,6 +141,7 @@ def test_database_stopped_and_started_mid_run(strategy: str, tmp_path: Path) -> 
     assert len(every) == len(set(every)), "a value was issued twice"
     waits = sum(p.read_text().split().count("-") for p in paths)
     assert waits > 0, "no worker noticed the database was down"
-    connection.close()  # the old session died with the server
+    connections[PRIVATE].close()  # the old session died with the server
+    lease_connections.close_alias(PRIVATE)
     django_sequences.registry.reset()
-    assert next_value("order") > max(every)
+    assert next_value("order", using=PRIVATE) > max(every)

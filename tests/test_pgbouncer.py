@@ -1,4 +1,5 @@
-"""PgBouncer in transaction pooling (issue 12, item 3).
+"""PgBouncer in transaction pooling: no prepared statement and no session state on a pooled
+alias.
 
 A project behind a transaction pooler declares it the way Django documents:
 ``DATABASES[alias]["DISABLE_SERVER_SIDE_CURSORS"] = True`` (or ``OPTIONS["prepare_threshold"]

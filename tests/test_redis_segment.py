@@ -1,11 +1,13 @@
-"""The ``redis_segment`` strategy (seed 002): chunks of a Redis hash ``{cur, max, room, step}``
+"""The ``redis_segment`` strategy: chunks of a Redis hash ``{cur, max, room, step}``
 shared by every process, refilled from the database row, double-buffered in each process
 (``django_sequences/core/chunks.py`` argues why no value repeats).
 
-The Redis here keeps nothing on disk, so FLUSHALL and a restart lose the hash for real; the
-multi-process tests count every value issued and fail on any duplicate. The fault-table tests
-stop the real Redis; a database outage is simulated by a lease function that raises (the real
-database is never stopped), and the tests that do so say it.
+The tests that flush, stop or restart Redis do it to a private Redis of their own (the
+``private_redis`` fixture: a redis-server on a free port, keeping nothing on disk), so FLUSHALL
+and a restart lose the hash for real; the multi-process tests count every value issued and fail
+on any duplicate. The other tests use the shared Redis under a key prefix of their own. A
+database outage is simulated by a lease function that raises (the real database is never
+stopped), and the tests that do so say it.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ from django_sequences.sources.redis import RedisWindowStore
 
 from . import redisutil, workers
 from .conftest import assert_unique, issue_from_threads, rows, settle
+from .private_servers import PrivateRedis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ALIAS = "sequences"
+#: the key prefix of the tests on a private Redis (no other test uses it)
+PRIVATE = "private:"
 
 
 def define(name: str, prefix: str, **kwargs: Any) -> None:
@@ -145,29 +150,30 @@ def test_batch_larger_than_a_chunk_and_a_window(prefix: str) -> None:
     assert max(batch) <= row_value("s")
 
 
-def test_flushall_loses_the_window_and_resumes_above(xprefix: str) -> None:
-    define("s", xprefix, step=100, options={"chunk": 10})
+def test_flushall_loses_the_window_and_resumes_above(private_redis: PrivateRedis) -> None:
+    define("s", PRIVATE, step=100, options={"chunk": 10})
     before = [next_value("s") for _ in range(30)]
     settle("s")
     hwm = row_value("s")
-    redisutil.flushall()
+    private_redis.flushall()
     after = [next_value("s") for _ in range(30)]
     assert_unique(before + after, 60)
     fresh = [v for v in after if v > max(before) + 10]  # beyond the chunks this process held
     assert fresh and min(fresh) == hwm + 1  # the new window starts above the row's hwm
-    assert window(f"{xprefix}s") is not None
+    assert window(f"{PRIVATE}s") is not None
 
 
 # --- the fault table -------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not redisutil.is_local(), reason="stops and starts only the local Redis")
-def test_redis_down_and_both_down_issue_the_buffer_then_fail(xprefix: str) -> None:
-    """Redis down: the real Redis is stopped. Both down: the same, for a second generator whose
+def test_redis_down_and_both_down_issue_the_buffer_then_fail(
+    private_redis: PrivateRedis,
+) -> None:
+    """Redis down: the private Redis is stopped. Both down: the same, for a second generator whose
     database lease is replaced by one that raises (simulated; the real database stays up). Both
     issue what they hold in process, then raise BackendUnavailable; once Redis is back the first
     resumes above everything."""
-    define("s", xprefix, step=1000, options={"chunk": 100})
+    define("s", PRIVATE, step=1000, options={"chunk": 100})
     assert [next_value("s") for _ in range(25)] == list(range(1, 26))
     settle("s")  # it holds 26..100 and the next chunk 101..200
 
@@ -179,7 +185,7 @@ def test_redis_down_and_both_down_issue_the_buffer_then_fail(xprefix: str) -> No
     db_down = [False]
     other = SegmentGenerator(
         "s",
-        ChunkSource("s", RedisWindowStore(ALIAS, f"{xprefix}s"), failing_db, chunk=100).lease,
+        ChunkSource("s", RedisWindowStore(ALIAS, f"{PRIVATE}s"), failing_db, chunk=100).lease,
         prefetcher=Prefetcher(),
     )
     first_other = other.next()  # 201: the window's next chunk
@@ -187,7 +193,7 @@ def test_redis_down_and_both_down_issue_the_buffer_then_fail(xprefix: str) -> No
     while other.status().prefetching:
         time.sleep(0.002)  # it holds 226..300 and 301..400
     db_down[0] = True
-    with redisutil.down():
+    with private_redis.down():
         got, err = drain(lambda: next_value("s"))
         assert got == list(range(26, 201))  # exactly the in-process chunks
         assert isinstance(err, BackendUnavailable) and "unreachable" in str(err)
@@ -281,10 +287,10 @@ def test_four_forked_processes_after_the_parent_warmed_its_cache(prefix: str) ->
 
 
 @pytest.mark.slow
-def test_flushall_in_the_middle_of_a_multi_process_run(xprefix: str) -> None:
-    define("s", xprefix, step=500, options={"chunk": 50})
+def test_flushall_in_the_middle_of_a_multi_process_run(private_redis: PrivateRedis) -> None:
+    define("s", PRIVATE, step=500, options={"chunk": 50})
     mine, results = redisutil.run_with_children(
-        "s", redisutil.flushall, lambda: cur(f"{xprefix}s"), tolerate=False
+        "s", private_redis.flushall, lambda: cur(f"{PRIVATE}s"), tolerate=False
     )
     every = mine + [v for r, _ in results for v in r]
     assert_unique(every, len(every))
@@ -295,18 +301,17 @@ def test_flushall_in_the_middle_of_a_multi_process_run(xprefix: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not redisutil.is_local(), reason="stops and starts only the local Redis")
-def test_redis_restart_in_the_middle_of_a_multi_process_run(xprefix: str) -> None:
-    """The real Redis is shut down (``shutdown nosave``: the hash is lost) and started again,
-    three times, while four processes issue."""
-    define("s", xprefix, step=500, options={"chunk": 50})
+def test_redis_restart_in_the_middle_of_a_multi_process_run(private_redis: PrivateRedis) -> None:
+    """The private Redis is stopped (the hash is lost) and started again, three times, while
+    four processes issue."""
+    define("s", PRIVATE, step=500, options={"chunk": 50})
 
     def restart() -> None:
-        with redisutil.down():
+        with private_redis.down():
             time.sleep(0.2)
 
     mine, results = redisutil.run_with_children(
-        "s", restart, lambda: cur(f"{xprefix}s"), tolerate=True
+        "s", restart, lambda: cur(f"{PRIVATE}s"), tolerate=True
     )
     every = mine + [v for r, _ in results for v in r]
     assert_unique(every, len(every))

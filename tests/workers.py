@@ -7,8 +7,10 @@ from typing import Any
 
 
 def db_env() -> dict[str, str]:
-    """The environment a spawned child needs to reach this run's test database."""
-    return {k: v for k, v in os.environ.items() if k in ("DB", "DJANGO_SEQUENCES_TEST_SUFFIX")}
+    """The environment a spawned child needs to reach this run's test database, and the Redis
+    this process uses (``REDIS_URL``: a test's private one, tests/private_servers.py)."""
+    keys = ("DB", "DJANGO_SEQUENCES_TEST_SUFFIX", "REDIS_URL")
+    return {k: v for k, v in os.environ.items() if k in keys}
 
 
 def start_spawned(name: str, count: int, *, processes: int = 4) -> tuple[Any, list[Any]]:
@@ -32,8 +34,12 @@ def start_spawned(name: str, count: int, *, processes: int = 4) -> tuple[Any, li
     return out, procs
 
 
-def setup_django(db_env: dict[str, str], db_name: str) -> None:
-    """In a spawned child: set Django up against the parent's test database."""
+def setup_django(
+    db_env: dict[str, str], db_name: str, aliases: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """In a spawned child: set Django up against the parent's test database, and add the
+    database ``aliases`` (alias -> its full settings: a private server's, as the parent added
+    it)."""
     os.environ.update(db_env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     import django
@@ -42,6 +48,8 @@ def setup_django(db_env: dict[str, str], db_name: str) -> None:
     from django.db import connections
 
     connections.settings["default"]["NAME"] = db_name
+    for alias, params in (aliases or {}).items():
+        connections.settings[alias] = params
 
 
 def issue_values(name: str, count: int, batch: int, out: Any) -> None:
@@ -211,14 +219,22 @@ def spawned_pausable(
 
 
 def spawned_stream_retrying(
-    db_env: dict[str, str], db_name: str, name: str, stop_file: str, fd_path: str, limit: float
+    db_env: dict[str, str],
+    db_name: str,
+    name: str,
+    stop_file: str,
+    fd_path: str,
+    limit: float,
+    aliases: dict[str, dict[str, Any]] | None = None,
+    using: str | None = None,
 ) -> None:
-    """Like :func:`spawned_stream`, until ``stop_file`` exists (or ``limit`` seconds pass). A
-    caller that sees ``BackendUnavailable`` (its database is down) waits a little and tries
-    again, as a service would, and writes ``-`` for each such wait."""
+    """Like :func:`spawned_stream`, until ``stop_file`` exists (or ``limit`` seconds pass), on
+    database ``using`` (one of ``aliases``, see :func:`setup_django`). A caller that sees
+    ``BackendUnavailable`` (its database is down) waits a little and tries again, as a service
+    would, and writes ``-`` for each such wait."""
     import time
 
-    setup_django(db_env, db_name)
+    setup_django(db_env, db_name, aliases)
     from django_sequences import next_value
     from django_sequences.exceptions import BackendUnavailable
 
@@ -227,7 +243,7 @@ def spawned_stream_retrying(
     try:
         while not os.path.exists(stop_file) and time.monotonic() < deadline:
             try:
-                v = next_value(name)
+                v = next_value(name, using=using)
             except BackendUnavailable:
                 os.write(fd, b"-\n")
                 time.sleep(0.05)
@@ -263,10 +279,15 @@ def forked_numbers(db_env: dict[str, str], db_name: str, name: str, count: int, 
     issue_numbers(name, count, out)
 
 
-def setup_django_aliases(db_env: dict[str, str], db_names: dict[str, str]) -> None:
+def setup_django_aliases(
+    db_env: dict[str, str],
+    db_names: dict[str, str],
+    aliases: dict[str, dict[str, Any]] | None = None,
+) -> None:
     """In a spawned child: set Django up against the parent's test databases, every alias of
-    ``db_names`` (alias -> test database name) included."""
-    setup_django(db_env, db_names["default"])
+    ``db_names`` (alias -> test database name) included, and the ``aliases`` of
+    :func:`setup_django`."""
+    setup_django(db_env, db_names["default"], aliases)
     from django.db import connections
 
     for alias, db_name in db_names.items():
@@ -360,9 +381,11 @@ def spawned_issue_threads_until(
     stop_file: str,
     out_path: str,
     limit: float,
+    aliases: dict[str, dict[str, Any]] | None = None,
 ) -> None:
-    """:func:`issue_threads_until` in a spawned child set up against ``db_names``."""
-    setup_django_aliases(db_env, db_names)
+    """:func:`issue_threads_until` in a spawned child set up against ``db_names`` and
+    ``aliases``."""
+    setup_django_aliases(db_env, db_names, aliases)
     issue_threads_until(name, threads, stop_file, out_path, limit)
 
 
