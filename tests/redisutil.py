@@ -48,41 +48,13 @@ def delete_prefix(prefix: str) -> None:
 
 
 @contextlib.contextmanager
-def key_prefix(exclusive: bool = False) -> Iterator[str]:
-    """A unique key prefix for one test; its keys are deleted afterwards. (``exclusive`` is
-    refused: tests/test_contract.py still passes ``exclusive=False``.)"""
-    with sharing(exclusive):
-        p = new_prefix()
-        try:
-            yield p
-        finally:
-            delete_prefix(p)
-
-
-@contextlib.contextmanager
-def sharing(exclusive: bool = False) -> Iterator[None]:
-    """What is left of the lock that kept the tests that flushed or stopped the shared Redis
-    apart from the others: nothing to hold, since none does any more. tests/test_tasks.py
-    still enters it; a test that asks for the shared Redis to itself is refused."""
-    if exclusive:
-        raise AssertionError(
-            "no test gets the shared Redis to itself: flush, stop or restart a private one "
-            "(the private_redis fixture, tests/private_servers.py)"
-        )
-    yield
-
-
-def start() -> None:
-    """Wait until the shared Redis answers PING (tests/test_tasks.py calls it before starting
-    a Celery worker). It never starts or stops it: scripts/services does."""
-    wait_for(answers, 30, "the shared Redis to answer (scripts/services starts it)")
-
-
-def answers() -> bool:
+def key_prefix() -> Iterator[str]:
+    """A unique key prefix for one test; its keys are deleted afterwards."""
+    p = new_prefix()
     try:
-        return bool(admin().ping())
-    except redis.RedisError:
-        return False
+        yield p
+    finally:
+        delete_prefix(p)
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:

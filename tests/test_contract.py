@@ -117,7 +117,7 @@ def seq(request: pytest.FixtureRequest) -> Iterator[tuple[str, Case]]:
     with contextlib.ExitStack() as stack:
         define = dict(case.define)
         if case.uses_redis:
-            prefix = stack.enter_context(redisutil.key_prefix(exclusive=False))
+            prefix = stack.enter_context(redisutil.key_prefix())
             if case.redis_prefix and define["strategy"] == "failover":
                 define["options"] = {
                     **define["options"],

@@ -264,8 +264,10 @@ def test_a_unique_integer_column_of_a_per_period_sequence_is_refused() -> None:
         class Meta:
             app_label = "shop"
 
-    ids = {
-        name: [m.id for m in Daily._meta.get_field(name).check()]
-        for name in ("value", "kept", "plain")
-    }
+    def ids_of(name: str) -> list[str | None]:
+        found = Daily._meta.get_field(name)
+        assert isinstance(found, SequenceIntegerField)
+        return [m.id for m in found.check()]
+
+    ids = {name: ids_of(name) for name in ("value", "kept", "plain")}
     assert ids == {"value": ["django_sequences.E018"], "kept": [], "plain": []}

@@ -550,8 +550,7 @@ def worker(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> I
     cmd = [str(celery), "-A", "testproject", "worker", "--pool=solo", "-l", "warning"]
     cmd += ["-Q", queue, "-n", f"{queue}@%h", "--without-mingle", "--without-gossip"]
     cmd += ["--without-heartbeat"]
-    with redisutil.sharing(exclusive=False), log.open("wb") as out:  # nobody flushes Redis
-        redisutil.start()
+    with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
             yield Worker(proc, queue, log)

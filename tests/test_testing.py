@@ -79,6 +79,8 @@ class MixinTests(FreshSequencesMixin, TestCase):
     """Django's runner: two orders from setUpTestData, then each test's first order is the
     third, whichever test runs first."""
 
+    made: list[Order]
+
     @classmethod
     def setUpTestData(cls) -> None:
         cls.made = [Order.objects.create(customer=f"setup{i}") for i in range(2)]
