@@ -22,7 +22,11 @@ it with the row's transaction:
   ``transaction.on_commit``. When the transaction, or the savepoint the save ran in, rolls
   back, Django drops its on-commit callbacks; the callback holds the only reference to a
   sentinel whose finalizer voids the reservation with reason ``"rolled back"`` at once (CPython
-  frees it when the list is dropped). If the process dies before either happens, the
+  frees it when the list is dropped). SQLite, whose one writer is the caller's transaction once
+  it has written: a reservation made then was written in that transaction
+  (:mod:`~django_sequences.reservation_rows`), so its rollback takes it and gives the number
+  back, with nothing to void; one made before, in a savepoint rolled back while the transaction
+  goes on, is voided when the transaction ends. If the process dies before either happens, the
   reservation stays ``reserved`` until ``expires_at`` (``reserve_ttl``, else
   ``RESERVATION_TTL``); ``sequences_reap`` then marks it ``expired``.
 - in autocommit (no ``atomic`` block): the reservation is confirmed after the INSERT
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
@@ -53,6 +57,7 @@ from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError
 from .numbers import NumberIssuer, issuer
 from .registry import refused
+from .sources.callers import joins_callers_transaction
 from .templating import compile_template
 
 if TYPE_CHECKING:
@@ -356,21 +361,26 @@ class _Sentinel:
 
 
 class _Settle:
-    """The on-commit callback of one reservation: confirms it. If it is dropped without being
-    called (a rollback), the sentinel's finalizer voids the reservation."""
+    """The on-commit callback of one reservation: ``settle`` it (confirm). If it is dropped
+    without being called (a rollback), the sentinel's finalizer voids the reservation, unless
+    ``gone``: it was written in the very transaction that rolled back (SQLite, see
+    :func:`_void_unless_done`)."""
 
-    def __init__(self, r: Reservation) -> None:
+    def __init__(
+        self, r: Reservation, settle: Callable[[Reservation], None], gone: bool = False
+    ) -> None:
         self.sentinel = _Sentinel()
         self.state = {"done": False}
-        done = weakref.finalize(self.sentinel, _void_unless_done, r, self.state)
+        done = weakref.finalize(self.sentinel, _void_unless_done, r, self.state, gone)
         # not at interpreter exit: the database rolls an open transaction back, and the
         # reservation expires (sequences_reap marks it) rather than being voided mid-shutdown
         done.atexit = False
         self.r = r
+        self.settle = settle
 
     def __call__(self) -> None:
         self.state["done"] = True
-        _confirm(self.r)
+        self.settle(self.r)
 
 
 def _confirm(r: Reservation) -> None:
@@ -383,10 +393,25 @@ def _confirm(r: Reservation) -> None:
         raise
 
 
-def _void_unless_done(r: Reservation, state: dict[str, bool]) -> None:
+def _void_unless_done(r: Reservation, state: dict[str, bool], gone: bool) -> None:
     if state["done"]:
         return
     state["done"] = True
+    if gone:
+        # reserved inside the caller's transaction (SQLite once it held the write lock): the
+        # rollback that dropped the callback took the reservation row and the counter's
+        # increment with it. The number is given back, to be issued again; nothing to void.
+        return
+    if joins_callers_transaction(r.alias):
+        # SQLite, a savepoint rolled back inside the caller's transaction, which may hold the
+        # one write lock until it ends (a void now would join it, and its rollback would undo
+        # the void): void when that transaction ends, whichever way, on the app's connection
+        transaction.on_commit(_Settle(r, _void, gone=False), using=r.alias, robust=True)
+        return
+    _void(r)
+
+
+def _void(r: Reservation) -> None:
     try:
         r.void(ROLLED_BACK)
     except Exception:  # (a finalizer must not raise) expired meanwhile, or the database is down:
@@ -398,7 +423,8 @@ def _attach(r: Reservation, instance: models.Model) -> None:
     """Settle ``r`` with the transaction that saves ``instance`` (see the module docstring)."""
     alias = instance._state.db or router.db_for_write(type(instance), instance=instance)
     if transaction.get_connection(alias).in_atomic_block:
-        transaction.on_commit(_Settle(r), using=alias, robust=True)
+        gone = r.joined and r.alias == alias  # (rolled back with the row's transaction)
+        transaction.on_commit(_Settle(r, _confirm, gone), using=alias, robust=True)
         return
     # autocommit: the INSERT has not run yet; post_save confirms
     pending = instance.__dict__.setdefault("_sequence_reservations", [])

@@ -5,7 +5,9 @@
 private connections: the counter row is incremented and the reservation row inserted together,
 so a crash (``kill -9``) loses both or neither, and the counter row's lock is held for that tiny
 transaction only, never across the caller's business transaction (on PostgreSQL, inside the
-server only: :mod:`.sources.onetrip`). The caller then
+server only: :mod:`.sources.onetrip`). On SQLite inside the caller's ``transaction.atomic()``
+once it holds SQLite's one write lock, that transaction is the one (:mod:`.reservation_rows`):
+the reservation commits with it, or its rollback gives the number back. The caller then
 :meth:`Reservation.confirm`\\ s or :meth:`Reservation.void`\\ s it (with a reason) before its
 ``expires_at``; one still ``reserved`` later counts as expired (:func:`expire` marks it so:
 ``sequences_reap``, the Celery reap task).
@@ -31,7 +33,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from . import numbers, registry
+from . import numbers, registry, reservation_rows
 from .audits import Audit, AuditNumber, Gap, audit
 from .conf import app_settings
 from .core.base import SequenceSpec
@@ -46,11 +48,13 @@ from .exceptions import (
     SequenceNotFound,
 )
 from .formats.keys import period_key
-from .models import ApiToken, ReservationEvent, Segment, Sequence
+from .models import ApiToken, ReservationEvent, Sequence
 from .models import Reservation as Row
-from .sources import onetrip, rows
-from .sources.connections import insert, on_pooled, resolve_alias, select
-from .sources.transactions import in_transaction, update_rows
+from .reservation_rows import FIELDS, event
+from .sources import onetrip
+from .sources.callers import joins_callers_transaction
+from .sources.connections import on_pooled, resolve_alias, select
+from .sources.transactions import in_transaction, in_transaction_or_callers, update_rows
 
 _T = TypeVar("_T")
 
@@ -70,11 +74,6 @@ __all__ = [
 MAX_TTL = float(MAX_RESERVATION_TTL)
 MAX_ACTOR = 255
 MAX_REASON = 1000
-#: Claims of voided numbers tried per reservation before a fresh value is taken.
-_CLAIM_TRIES = 20
-#: The columns a :class:`Reservation` is read from.
-_FIELDS: tuple[str, ...] = ("id", "sequence", "key", "value", "number", "state", "actor")
-_FIELDS += ("reserved_at", "expires_at", "attempt", "token_id", "label")
 
 
 @dataclass
@@ -98,6 +97,10 @@ class Reservation:
     alias: str = field(default="", repr=False)
     token_id: int | None = None
     label: str = ""
+    #: Whether it was reserved inside the caller's transaction (SQLite inside ``atomic()``
+    #: once that transaction holds the write lock): then it commits with that transaction,
+    #: or its rollback takes the reservation and gives the number back.
+    joined: bool = field(default=False, repr=False)
 
     def confirm(self, *, actor: str | None = None, label: str | None = None) -> None:
         """Confirm it: the number is used for good. Raises :class:`ReservationExpired` past
@@ -115,7 +118,10 @@ class Reservation:
         """Void it, saying why (``reason``, required): ``keep`` keeps the number as a gap with
         its reason, ``reuse`` gives it to a later reservation. Raises as :meth:`confirm`. It
         commits at once on the app's own connection, also inside your transaction: the record
-        of why a number went unused does not depend on your rows."""
+        of why a number went unused does not depend on your rows. Except on SQLite inside a
+        transaction that holds its one write lock (it has written): there the void joins that
+        transaction, as :meth:`confirm` does (``state`` reads ``voided`` once it committed),
+        rather than wait for the lock until the timeout."""
         if (
             not isinstance(reason, str)
             or not reason.strip()
@@ -179,7 +185,7 @@ class Reservation:
                 **who,
             )
             if changed:
-                _event(w, self.id, self.attempt, state, now, actor, reason, label)
+                event(w, self.id, self.attempt, state, now, actor, reason, label)
             return changed
 
         caller = connections[alias]
@@ -192,6 +198,17 @@ class Reservation:
                     joined = bool(write(caller))
             if joined:
                 transaction.on_commit(lambda: self._settled(state, actor, label), using=alias)
+                return
+        elif joins_callers_transaction(alias):
+            # SQLite inside the caller's atomic(): on the app's connection when the write lock
+            # is free now, else in a savepoint of the caller's transaction, which holds it
+            # (the private connection would wait for it): then it is that transaction's
+            changed, joined = in_transaction_or_callers(alias, self.key, write)
+            if changed and joined:
+                transaction.on_commit(lambda: self._settled(state, actor, label), using=alias)
+                return
+            if changed:
+                self._settled(state, actor, label)
                 return
         else:
             done = on_pooled(alias, self.key, lambda w: fast(w, True))
@@ -276,12 +293,10 @@ def reserve_number(
     alias = resolve_alias(using)
     now = timezone.now()
     expires = now + timedelta(seconds=seconds)
-    if spec.voided == "reuse":
-        claimed = _claim(alias, spec.name, key, now, expires, who)
-        if claimed is not None:
-            return claimed
-
-    return _fresh(alias, spec.name, key, now, expires, who, render)
+    row, joined = reservation_rows.reserve(
+        alias, spec.name, key, now, expires, who, render, spec.voided == "reuse"
+    )
+    return _of(row, alias, joined)
 
 
 def check_reservable(spec: SequenceSpec) -> None:
@@ -326,127 +341,6 @@ async def areserve_number(
     )
 
 
-def _fresh(
-    alias: str,
-    name: str,
-    key: str,
-    now: datetime,
-    expires: datetime,
-    who: dict[str, Any],
-    render: Callable[[int], str],
-) -> Reservation:
-    """A new value from counter row ``key`` and its reservation: on PostgreSQL in two round
-    trips with the counter row locked inside the server only (:mod:`.sources.onetrip`), else
-    (or when the row must go the long way) in one transaction."""
-    if (alias, key) not in _rows_made:
-        on_pooled(alias, key, lambda w: _ensure_row(w, key, name))
-        _rows_made.add((alias, key))
-    values = {
-        "sequence": name,
-        "key": key,
-        "state": "reserved",
-        "reserved_at": now,
-        "expires_at": expires,
-        "settled_at": None,
-        "reason": "",
-        "attempt": 1,
-        **who,  # actor, label, token_id
-    }
-    event = {"attempt": 1, "state": "reserved", "at": now, "reason": ""}
-    event.update(actor=who["actor"], label=who["label"])
-
-    def one_trip(w: BaseDatabaseWrapper) -> Reservation | None:
-        got = onetrip.reserve(w, Segment, Row, ReservationEvent, key, values, event, render)
-        if got is None:
-            return None
-        pk, value, number = got
-        return _of(Row(pk=pk, value=value, number=number, **values), alias)
-
-    fast = on_pooled(alias, key, one_trip)
-    if fast is not None:
-        return fast
-
-    def write(w: BaseDatabaseWrapper) -> Reservation | None:
-        taken = rows.increment_in(Segment, w, key, 1, name)
-        if taken is None:
-            return None  # the optimistic fallback lost a race: roll back, try again
-        row = Row(value=taken[0], number=render(taken[0]), **values)
-        insert(w, row)
-        _event(w, row.pk, 1, "reserved", now, who["actor"], "", who["label"])
-        return _of(row, alias)
-
-    made = in_transaction(alias, key, write, retry_none=True)
-    assert made is not None  # (retry_none: a None is retried, never returned)
-    return made
-
-
-#: Counter rows this process saw exist (by alias and key): one round trip less per
-#: reservation. A row deleted since (a pruned period) is made again by the increment's
-#: fallback, the lease.
-_rows_made: set[tuple[str, str]] = set()
-
-
-def _ensure_row(w: BaseDatabaseWrapper, key: str, name: str) -> None:
-    """Make counter row ``key`` (a period's row on first use) before the transaction: a
-    failed insert inside it would abort it on PostgreSQL."""
-    if not select(w, Segment.objects.filter(key=key).values_list("pk")):
-        rows.create_missing_row(Segment, w, key, name)
-
-
-def _claim(
-    alias: str, name: str, key: str, now: datetime, expires: datetime, who: dict[str, Any]
-) -> Reservation | None:
-    """The lowest voided or expired reservation of counter row ``key``, reserved again
-    (compare-and-set on its state and attempt; a lost race tries the next one), or None."""
-    reusable = Row.objects.filter(sequence=name, key=key, state__in=("voided", "expired"))
-    overdue = Row.objects.filter(sequence=name, key=key, state="reserved", expires_at__lte=now)
-    fields = ("pk", "state", "attempt")
-    for _ in range(_CLAIM_TRIES):
-
-        def read(w: BaseDatabaseWrapper) -> list[Any]:
-            a = select(w, reusable.order_by("value").values_list(*fields, "value")[:4])
-            b = select(w, overdue.order_by("value").values_list(*fields, "value")[:4])
-            return sorted(a + b, key=lambda r: r[3])
-
-        candidates = on_pooled(alias, key, read)
-        if not candidates:
-            return None
-        for pk, state, attempt, _value in candidates:
-            won = in_transaction(alias, key, _claimer(pk, state, attempt, now, expires, who))
-            if won is not None:
-                return _of(won, alias)
-    return None
-
-
-def _claimer(
-    pk: int, state: str, attempt: int, now: datetime, expires: datetime, who: dict[str, Any]
-) -> Callable[[BaseDatabaseWrapper], Any]:
-    def write(w: BaseDatabaseWrapper) -> Any:
-        match = Row.objects.filter(pk=pk, state=state, attempt=attempt)
-        if state == "reserved":
-            match = match.filter(expires_at__lte=now)
-        changed = update_rows(
-            w,
-            match,
-            state="reserved",
-            attempt=attempt + 1,
-            reserved_at=now,
-            expires_at=expires,
-            settled_at=None,
-            reason="",
-            **who,  # the new reservation's actor, label and token
-        )
-        if not changed:
-            return None
-        if state == "reserved":  # its expiry was not recorded yet
-            _event(w, pk, attempt, "expired", now, "", "expired")
-        _event(w, pk, attempt + 1, "reserved", now, who["actor"], "", who["label"])
-        found = select(w, Row.objects.filter(pk=pk).values_list(*_FIELDS))
-        return Row(**dict(zip(_FIELDS, found[0], strict=True)))
-
-    return write
-
-
 # --- reading --------------------------------------------------------------------------------
 
 
@@ -474,12 +368,12 @@ def get_reservation(
             f"A reservation is found by its number (a str) or value (an int), not {shown(number)}.",
             field="number",
         )
-    row = found.order_by("-reserved_at", "-pk").values_list(*_FIELDS).first()
+    row = found.order_by("-reserved_at", "-pk").values_list(*FIELDS).first()
     if row is None:
         raise ReservationNotFound(
             f"Sequence {spec.name!r} has no reservation of {shown(number)}.", field="number"
         )
-    return _of(Row(**dict(zip(_FIELDS, row, strict=True))), alias)
+    return _of(Row(**dict(zip(FIELDS, row, strict=True))), alias)
 
 
 # --- expiry ---------------------------------------------------------------------------------
@@ -506,7 +400,7 @@ def expire(now: datetime | None = None, using: str | None = None) -> int:
                 match = overdue.filter(pk=pk, attempt=attempt)
                 n = update_rows(w, match, state="expired", settled_at=at, reason="expired")
                 if n:
-                    _event(w, pk, attempt, "expired", at, "", "expired")
+                    event(w, pk, attempt, "expired", at, "", "expired")
                 return n
 
             moved += in_transaction(alias, "reservations", write)
@@ -556,7 +450,7 @@ def _token(token: object) -> int | None:
     return int(token.pk)
 
 
-def _of(row: Any, alias: str) -> Reservation:
+def _of(row: Any, alias: str, joined: bool = False) -> Reservation:
     state = row.state
     if state == "reserved" and row.expires_at <= timezone.now():
         state = "expired"
@@ -574,21 +468,8 @@ def _of(row: Any, alias: str) -> Reservation:
         alias=alias,
         token_id=row.token_id,
         label=row.label,
+        joined=joined,
     )
-
-
-def _event(
-    w: BaseDatabaseWrapper,
-    pk: int,
-    attempt: int,
-    state: str,
-    at: datetime,
-    actor: str,
-    reason: str,
-    label: str = "",
-) -> None:
-    event = {"state": state, "at": at, "actor": actor, "reason": reason, "label": label}
-    insert(w, ReservationEvent(reservation_id=pk, attempt=attempt, **event))
 
 
 async def _in_thread(fn: Callable[[], _T]) -> _T:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import threading
 from datetime import timedelta
 from io import StringIO
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 from django.core.checks import run_checks
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
+from django.db import connection, transaction
 from django.utils import timezone
 
 from django_sequences import next_value, reservations
@@ -25,8 +28,8 @@ from django_sequences.exceptions import (
     ReservationSettled,
     SequenceNotFound,
 )
+from django_sequences.models import IssueStat, ReservationEvent, Segment, Sequence
 from django_sequences.models import Reservation as Row
-from django_sequences.models import ReservationEvent, Segment, Sequence
 
 from .conftest import rows
 
@@ -353,3 +356,146 @@ def test_a_process_dying_between_the_two_trips_leaves_a_reservation_nobody_was_g
         assert not Row.objects.filter(sequence="crash", value=2).exists()
         assert _counter("crash") == 1
         assert reservations.reserve_number("crash").value == 2
+
+
+# --- inside the caller's transaction after it wrote (SQLite: its one write lock) -------------
+
+_writes = itertools.count()
+
+
+def _write() -> None:
+    """A write of the caller's own: on SQLite its transaction now holds the one write lock."""
+    IssueStat.objects.create(
+        sequence="x", minute="2026-11-27T10:00Z", source=f"w{next(_writes)}", count=1
+    )
+
+
+_SQLITE = connection.vendor == "sqlite"
+
+
+def test_reserve_inside_atomic_after_a_write_commits_or_rolls_back_with_it() -> None:
+    """On SQLite the reservation used to wait for the caller's own lock until the timeout and
+    fail; now it is written in the caller's transaction: committed with it, or gone with its
+    rollback, the number given back. Elsewhere it commits on its own, as always."""
+    Sequence.objects.define("after", strategy="strict", template="A{seq:03}")
+    with transaction.atomic():
+        _write()
+        r = reservations.reserve_number("after", actor="clerk")
+        assert (r.value, r.number, r.state) == (1, "A001", "reserved")
+        assert r.joined is _SQLITE
+        r.confirm()
+    assert Row.objects.get(number="A001").state == "confirmed"
+    assert r.state == "confirmed"
+    with pytest.raises(KeyError), transaction.atomic():
+        _write()
+        lost = reservations.reserve_number("after")
+        raise KeyError("the business transaction failed")
+    assert lost.number == "A002"
+    if _SQLITE:
+        assert not Row.objects.filter(number="A002").exists()
+        assert rows("after") is not None and rows("after")[0] == 1  # type: ignore[index]
+    else:  # committed on its own: reserved until voided or expired
+        assert Row.objects.get(number="A002").state == "reserved"
+    again = reservations.reserve_number("after")
+    assert again.number == ("A002" if _SQLITE else "A003")
+    a = reservations.audit("after")
+    assert a.duplicates == []
+
+
+def test_reuse_claim_and_void_inside_atomic_after_a_write() -> None:
+    Sequence.objects.define("reclaim", strategy="strict", template="R{seq:03}", voided="reuse")
+    first = reservations.reserve_number("reclaim")
+    first.void("typo")
+    with transaction.atomic():
+        _write()
+        b = reservations.reserve_number("reclaim")  # the voided number, claimed again
+        assert (b.value, b.attempt) == (1, 2)
+        c = reservations.reserve_number("reclaim")
+        assert c.value == 2
+        c.void("changed my mind")
+        # SQLite: the void joined this transaction (it holds the lock): voided at its commit
+        assert c.state == ("reserved" if _SQLITE else "voided")
+    assert c.state == "voided"
+    assert {r.value: (r.state, r.attempt) for r in Row.objects.filter(sequence="reclaim")} == {
+        1: ("reserved", 2),
+        2: ("voided", 1),
+    }
+    with pytest.raises(KeyError), transaction.atomic():
+        _write()
+        d = reservations.reserve_number("reclaim")
+        assert (d.value, d.attempt) == (2, 2)
+        raise KeyError
+    # SQLite: the claim went with the rollback; elsewhere it committed on its own
+    want = ("voided", 1) if _SQLITE else ("reserved", 2)
+    assert Row.objects.values_list("state", "attempt").get(sequence="reclaim", value=2) == want
+    assert reservations.audit("reclaim").duplicates == []
+
+
+def test_threads_writing_then_reserving_inside_their_transactions() -> None:
+    """Six threads, each in its own atomic(): a write, then a reservation (confirmed in the
+    transaction), a third of them rolled back; two more reserve outside any transaction. Every
+    number is accounted for and none is issued twice among committed ones; on SQLite the
+    rolled-back ones were given back, so the committed numbers run 1..n without a gap."""
+    Sequence.objects.define("threads", strategy="strict", template="T{seq:04}")
+    committed: list[int] = []
+    outside: list[int] = []
+    dropped: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def inside(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(8):
+                try:
+                    with transaction.atomic():
+                        _write()
+                        r = reservations.reserve_number("threads")
+                        r.confirm()
+                        if (i + n) % 3 == 0:
+                            with lock:
+                                dropped.append(r.value)
+                            raise KeyError("rolled back")
+                except KeyError:
+                    continue
+                with lock:
+                    committed.append(r.value)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def alone() -> None:
+        try:
+            start.wait()
+            for _ in range(8):
+                r = reservations.reserve_number("threads")
+                r.confirm()
+                with lock:
+                    outside.append(r.value)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=inside, args=(n,)) for n in range(6)]
+    threads += [threading.Thread(target=alone) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not any(t.is_alive() for t in threads), "a thread hangs"
+    assert errors == []
+    kept = committed + outside
+    assert len(kept) == 32 + 16 and len(set(kept)) == len(kept)  # none issued twice
+    confirmed = Row.objects.filter(sequence="threads", state="confirmed")
+    assert sorted(confirmed.values_list("value", flat=True)) == sorted(kept)
+    a = reservations.audit("threads")
+    assert a.duplicates == []
+    if _SQLITE:  # the rolled-back ones were given back: 1..48, no other row
+        assert sorted(kept) == list(range(1, 49))
+        assert Row.objects.filter(sequence="threads").count() == 48
+    else:  # each committed on its own: left reserved (until they expire)
+        left = Row.objects.filter(sequence="threads", state="reserved")
+        assert sorted(left.values_list("value", flat=True)) == sorted(dropped)

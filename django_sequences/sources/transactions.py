@@ -2,8 +2,10 @@
 
 :func:`in_transaction` runs a function in one transaction on a pooled private connection of an
 alias (:func:`~.connections.on_pooled`) and commits it, retrying one that lost to another
-(a deadlock, a busy database); :func:`update_rows` runs a queryset's UPDATE on such a
-connection. Model-agnostic: the caller hands the querysets and models.
+(a deadlock, a busy database); :func:`in_transaction_or_callers` does the same, except on
+SQLite inside the caller's ``transaction.atomic()``, where it never waits for a write lock the
+caller holds; :func:`update_rows` runs a queryset's UPDATE on such a connection.
+Model-agnostic: the caller hands the querysets and models.
 """
 
 from __future__ import annotations
@@ -11,15 +13,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import UpdateQuery
 from django.db.models.sql.constants import ROW_COUNT
 
 from ..conf import app_settings
 from ..core import retry
-from ..exceptions import LeaseContention
-from .connections import on_pooled
+from ..exceptions import (
+    BackendUnavailable,
+    LeaseContention,
+    SequenceNotFound,
+    SerializationConflict,
+)
+from .callers import is_conflict, joins_callers_transaction
+from .connections import lease_connection, on_pooled
 
 _T = TypeVar("_T")
 
@@ -70,6 +78,103 @@ def in_transaction(
             return (result,)
 
         return on_pooled(alias, key, run)
+
+    found = retry.until_won(once, app_settings.LEASE_RETRIES, app_settings.LEASE_BACKOFF)
+    if found is None:
+        raise LeaseContention(key, app_settings.LEASE_RETRIES)
+    return found[0]
+
+
+def in_transaction_or_callers(
+    alias: str,
+    key: str,
+    fn: Callable[[BaseDatabaseWrapper], _T],
+    *,
+    retry_none: bool = False,
+) -> tuple[_T, bool]:
+    """:func:`in_transaction`, and whether ``fn`` ran in the caller's transaction instead.
+
+    On SQLite inside the calling thread's ``transaction.atomic()``
+    (:func:`~.callers.joins_callers_transaction`) the private connection is tried once, with
+    no wait for SQLite's write lock: when it has the lock at once, ``fn`` commits there on its
+    own, as everywhere (False). Else (most often the caller's transaction has written and holds
+    the lock until it ends; or another writer has it, or another thread holds the private
+    connection and may be waiting for it) ``fn`` runs, reads and writes, in a savepoint of the
+    caller's transaction (True): what it wrote is the caller's, committed or rolled back with
+    it. The private connection would have waited out the lock timeout for the caller's own
+    lock and failed. Elsewhere the result is :func:`in_transaction`'s (False)."""
+    if not joins_callers_transaction(alias):
+        return in_transaction(alias, key, fn, retry_none=retry_none), False
+    got = _unless_locked(alias, key, fn, retry_none)
+    if got is not None:
+        return got[0], False
+    return _in_savepoint(alias, key, fn, retry_none), True
+
+
+def _unless_locked(
+    alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T], retry_none: bool
+) -> tuple[_T] | None:
+    """``fn`` in one committed transaction on SQLite's private connection if the write lock
+    can be had at once (``busy_timeout`` 0 for this transaction); else None, rolled back."""
+    with lease_connection(alias).use_if_free() as w:
+        if w is None:
+            return None  # another thread has it: it may wait for the lock the caller holds
+        raw = w.connection
+        (waited,) = raw.execute("PRAGMA busy_timeout").fetchone()
+        raw.execute("PRAGMA busy_timeout = 0")
+        w.set_autocommit(False)
+        try:
+            result = fn(w)
+            if result is None and retry_none:
+                w.rollback()
+                return None
+            w.commit()  # (refused at once while a reader holds the database: no journal wait)
+            return (result,)
+        except SequenceNotFound:
+            w.rollback()
+            return None  # defined in the caller's transaction, not committed: it is there
+        except DatabaseError as exc:
+            w.rollback()
+            if "locked" in str(exc).lower():
+                return None
+            raise BackendUnavailable(
+                f"Database {alias!r} failed while working on {key!r}: {exc}."
+            ) from exc
+        except BaseException:
+            w.rollback()
+            raise
+        finally:
+            w.set_autocommit(True)
+            raw.execute(f"PRAGMA busy_timeout = {int(waited)}")
+
+
+class _Lost(Exception):
+    """``fn`` returned None (an optimistic step lost its race): roll its savepoint back."""
+
+
+def _in_savepoint(
+    alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T], retry_none: bool
+) -> _T:
+    """``fn`` on the caller's connection in a savepoint of its transaction (rolled back, and
+    run again after a back-off, when ``retry_none`` and it returns None)."""
+    caller = connections[alias]
+
+    def once() -> tuple[_T] | None:
+        try:
+            with transaction.atomic(using=alias):
+                result = fn(caller)
+                if result is None and retry_none:
+                    raise _Lost
+        except _Lost:
+            return None
+        except DatabaseError as exc:
+            if is_conflict(exc):  # the caller's transaction lost: it must start again
+                raise SerializationConflict(key, str(exc).strip()) from exc
+            raise BackendUnavailable(
+                f"Database {alias!r} failed while working on {key!r} in the caller's "
+                f"transaction: {exc}."
+            ) from exc
+        return (result,)
 
     found = retry.until_won(once, app_settings.LEASE_RETRIES, app_settings.LEASE_BACKOFF)
     if found is None:

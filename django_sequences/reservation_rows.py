@@ -1,0 +1,247 @@
+"""The writes behind :func:`~django_sequences.reservations.reserve_number`: a fresh value of
+a counter row and its reservation row, or (``voided="reuse"``) a voided or expired reservation
+claimed again, each with its :class:`~django_sequences.models.ReservationEvent`.
+
+Everywhere but in one case they commit on one of the app's private connections, on their own
+(:func:`.sources.transactions.in_transaction`; on PostgreSQL a fresh value in two round trips,
+:mod:`.sources.onetrip`). The case: SQLite inside the caller's ``transaction.atomic()``. SQLite
+has one writer, and a transaction that has written holds the database until it ends, so the
+private connection would wait for the caller's own lock until the timeout and fail. There the
+whole reservation (the period's counter row when it is new, the claim or the increment, the
+row and its event) is tried once on the private connection without waiting, and, when the lock
+is not free at once, written in a savepoint of the caller's transaction
+(:func:`.sources.transactions.in_transaction_or_callers`): it then commits with the caller or
+goes with its rollback, number and all, as ``strict`` with ``gapless`` does. Each function
+returns the reservation row and whether it was written there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from .models import Reservation as Row
+from .models import ReservationEvent, Segment
+from .sources import onetrip, rows
+from .sources.callers import joins_callers_transaction
+from .sources.connections import insert, on_pooled, select
+from .sources.transactions import in_transaction, in_transaction_or_callers, update_rows
+
+#: Claims of voided numbers tried per reservation before a fresh value is taken.
+CLAIM_TRIES = 20
+#: The columns a reservation is read from.
+FIELDS: tuple[str, ...] = ("id", "sequence", "key", "value", "number", "state", "actor")
+FIELDS += ("reserved_at", "expires_at", "attempt", "token_id", "label")
+
+
+def reserve(
+    alias: str,
+    name: str,
+    key: str,
+    now: datetime,
+    expires: datetime,
+    who: dict[str, Any],
+    render: Callable[[int], str],
+    reuse: bool,
+) -> tuple[Any, bool]:
+    """A reservation row of counter row ``key`` of sequence ``name``: with ``reuse``, the
+    lowest voided or expired one claimed again, else (or when there is none) a fresh value;
+    and whether it was written in the caller's transaction (SQLite only, see above)."""
+    if joins_callers_transaction(alias):
+        return _reserve_on_sqlite(alias, name, key, now, expires, who, render, reuse)
+    if reuse:
+        claimed = _claim(alias, name, key, now, expires, who)
+        if claimed is not None:
+            return claimed, False
+    return _fresh(alias, name, key, now, expires, who, render), False
+
+
+def _values(
+    name: str, key: str, now: datetime, expires: datetime, who: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields of a fresh reservation row and of its first event."""
+    values = {
+        "sequence": name,
+        "key": key,
+        "state": "reserved",
+        "reserved_at": now,
+        "expires_at": expires,
+        "settled_at": None,
+        "reason": "",
+        "attempt": 1,
+        **who,  # actor, label, token_id
+    }
+    event = {"attempt": 1, "state": "reserved", "at": now, "reason": ""}
+    event.update(actor=who["actor"], label=who["label"])
+    return values, event
+
+
+def _fresh(
+    alias: str,
+    name: str,
+    key: str,
+    now: datetime,
+    expires: datetime,
+    who: dict[str, Any],
+    render: Callable[[int], str],
+) -> Any:
+    """A new value from counter row ``key`` and its reservation: on PostgreSQL in two round
+    trips with the counter row locked inside the server only (:mod:`.sources.onetrip`), else
+    (or when the row must go the long way) in one transaction."""
+    if (alias, key) not in _rows_made:
+        on_pooled(alias, key, lambda w: ensure_row(w, key, name))
+        _rows_made.add((alias, key))
+    values, event = _values(name, key, now, expires, who)
+
+    def one_trip(w: BaseDatabaseWrapper) -> Any:
+        got = onetrip.reserve(w, Segment, Row, ReservationEvent, key, values, event, render)
+        if got is None:
+            return None
+        pk, value, number = got
+        return Row(pk=pk, value=value, number=number, **values)
+
+    fast = on_pooled(alias, key, one_trip)
+    if fast is not None:
+        return fast
+    made = in_transaction(
+        alias, key, lambda w: _fresh_in(w, name, key, values, render), retry_none=True
+    )
+    assert made is not None  # (retry_none: a None is retried, never returned)
+    return made
+
+
+def _fresh_in(
+    w: BaseDatabaseWrapper,
+    name: str,
+    key: str,
+    values: dict[str, Any],
+    render: Callable[[int], str],
+) -> Any:
+    """The increment, the reservation row and its event in the transaction open on ``w``; None
+    when the optimistic fallback lost a race (roll back, try again)."""
+    taken = rows.increment_in(Segment, w, key, 1, name)
+    if taken is None:
+        return None
+    row = Row(value=taken[0], number=render(taken[0]), **values)
+    insert(w, row)
+    event(w, row.pk, 1, "reserved", values["reserved_at"], values["actor"], "", values["label"])
+    return row
+
+
+#: Counter rows this process saw exist (by alias and key): one round trip less per
+#: reservation. A row deleted since (a pruned period) is made again by the increment's
+#: fallback, the lease.
+_rows_made: set[tuple[str, str]] = set()
+
+
+def ensure_row(w: BaseDatabaseWrapper, key: str, name: str) -> None:
+    """Make counter row ``key`` (a period's row on first use) before the transaction: a
+    failed insert inside it would abort it on PostgreSQL."""
+    if not select(w, Segment.objects.filter(key=key).values_list("pk")):
+        rows.create_missing_row(Segment, w, key, name)
+
+
+def _reserve_on_sqlite(
+    alias: str,
+    name: str,
+    key: str,
+    now: datetime,
+    expires: datetime,
+    who: dict[str, Any],
+    render: Callable[[int], str],
+    reuse: bool,
+) -> tuple[Any, bool]:
+    """SQLite inside the caller's ``atomic()``: everything in one transaction, on the private
+    connection when the write lock is free now, else in a savepoint of the caller's (whose
+    connection then does the reads too: it sees its own rows, and SQLite's shared-cache
+    databases refuse another connection's read of a table the caller wrote). The counter row
+    is looked for each time: one made in the caller's transaction goes with its rollback."""
+    values, _event = _values(name, key, now, expires, who)
+
+    def whole(w: BaseDatabaseWrapper) -> Any:
+        ensure_row(w, key, name)
+        if reuse:
+            for _ in range(CLAIM_TRIES):
+                candidates = _candidates(w, name, key, now)
+                if not candidates:
+                    break
+                for pk, state, attempt, _value in candidates:
+                    won = _claimer(pk, state, attempt, now, expires, who)(w)
+                    if won is not None:
+                        return won
+        return _fresh_in(w, name, key, values, render)
+
+    return in_transaction_or_callers(alias, key, whole, retry_none=True)
+
+
+def _candidates(w: BaseDatabaseWrapper, name: str, key: str, now: datetime) -> list[Any]:
+    """The lowest few voided, expired or overdue reservations of counter row ``key``."""
+    reusable = Row.objects.filter(sequence=name, key=key, state__in=("voided", "expired"))
+    overdue = Row.objects.filter(sequence=name, key=key, state="reserved", expires_at__lte=now)
+    fields = ("pk", "state", "attempt")
+    a = select(w, reusable.order_by("value").values_list(*fields, "value")[:4])
+    b = select(w, overdue.order_by("value").values_list(*fields, "value")[:4])
+    return sorted(a + b, key=lambda r: r[3])
+
+
+def _claim(
+    alias: str, name: str, key: str, now: datetime, expires: datetime, who: dict[str, Any]
+) -> Any:
+    """The lowest voided or expired reservation of counter row ``key``, reserved again
+    (compare-and-set on its state and attempt; a lost race tries the next one), or None."""
+    for _ in range(CLAIM_TRIES):
+        candidates = on_pooled(alias, key, lambda w: _candidates(w, name, key, now))
+        if not candidates:
+            return None
+        for pk, state, attempt, _value in candidates:
+            won = in_transaction(alias, key, _claimer(pk, state, attempt, now, expires, who))
+            if won is not None:
+                return won
+    return None
+
+
+def _claimer(
+    pk: int, state: str, attempt: int, now: datetime, expires: datetime, who: dict[str, Any]
+) -> Callable[[BaseDatabaseWrapper], Any]:
+    def write(w: BaseDatabaseWrapper) -> Any:
+        match = Row.objects.filter(pk=pk, state=state, attempt=attempt)
+        if state == "reserved":
+            match = match.filter(expires_at__lte=now)
+        changed = update_rows(
+            w,
+            match,
+            state="reserved",
+            attempt=attempt + 1,
+            reserved_at=now,
+            expires_at=expires,
+            settled_at=None,
+            reason="",
+            **who,  # the new reservation's actor, label and token
+        )
+        if not changed:
+            return None
+        if state == "reserved":  # its expiry was not recorded yet
+            event(w, pk, attempt, "expired", now, "", "expired")
+        event(w, pk, attempt + 1, "reserved", now, who["actor"], "", who["label"])
+        found = select(w, Row.objects.filter(pk=pk).values_list(*FIELDS))
+        return Row(**dict(zip(FIELDS, found[0], strict=True)))
+
+    return write
+
+
+def event(
+    w: BaseDatabaseWrapper,
+    pk: int,
+    attempt: int,
+    state: str,
+    at: datetime,
+    actor: str,
+    reason: str,
+    label: str = "",
+) -> None:
+    """Write reservation ``pk``'s event of ``attempt`` on connection ``w``."""
+    fields = {"state": state, "at": at, "actor": actor, "reason": reason, "label": label}
+    insert(w, ReservationEvent(reservation_id=pk, attempt=attempt, **fields))
