@@ -156,7 +156,12 @@ def test_seq03_warns_by_rate_when_a_day_does_not_fit() -> None:
     busy = capacity("cap.busy")[0]
     assert busy.rate == pytest.approx(10 / 60)
     assert busy.runway_seconds is not None and busy.runway_seconds <= 86400 + 999 * 6
-    assert busy.warning and "at the measured rate: out in" in busy.warning
+    # 998 left at 10 a minute last 100 minutes: late in the (UTC) day, the day ends first
+    assert busy.warning and "at the measured rate:" in busy.warning
+    if busy.period_ends_first:
+        assert "the day ends first" in busy.warning and "runs out in" in busy.warning
+    else:
+        assert "at the measured rate: out in" in busy.warning
     calm = capacity("cap.calm")[0]
     assert (calm.runway_seconds, calm.warning) == (None, None)
     assert [m.obj for m in w020()] == ["sequence cap.busy"]
