@@ -3,8 +3,8 @@ as ``django-admin startproject`` makes it, with a shop app, a data migration, a 
 tests written the way its developers would) is copied to a temporary folder and its suites are
 run through subprocesses, on the database of this run: Django's runner (``--parallel 2``;
 ``--parallel 1`` and ``--keepdb`` twice in the slow pass) and pytest-django with
-``pytest -n 2``. Each must exit 0 and leave no test database behind. On SQLite both Django's
-in-memory test database and a file.
+``pytest -n 2``. Each must exit 0 and leave no test database behind. On SQLite Django's runner
+uses both its in-memory test database and a file, pytest's workers a file each.
 
 What the project's tests cover: a flush between transactional tests and a definition made
 anew, ``migrate django_sequences zero`` refused, numbers taken inside ``atomic()`` after a
@@ -96,8 +96,11 @@ def _assert_dropped(project: Path, name: str) -> None:
 
 
 STORAGES = ["memory", "file"] if os.environ.get("DB", "sqlite") == "sqlite" else ["server"]
+# pytest-django's xdist workers on SQLite: a file each (Django's runner covers memory above)
+PYTEST_STORAGES = ["file"] if os.environ.get("DB", "sqlite") == "sqlite" else ["server"]
 
 
+@pytest.mark.project
 @pytest.mark.django_db
 @pytest.mark.parametrize("storage", STORAGES)
 def test_the_projects_own_test_run_passes_and_drops_its_databases(
@@ -113,8 +116,9 @@ def test_the_projects_own_test_run_passes_and_drops_its_databases(
     _assert_dropped(project, name)
 
 
+@pytest.mark.project
 @pytest.mark.django_db
-@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("storage", PYTEST_STORAGES)
 def test_the_projects_pytest_run_passes_and_drops_its_databases(
     tmp_path: Path, storage: str
 ) -> None:
@@ -126,6 +130,7 @@ def test_the_projects_pytest_run_passes_and_drops_its_databases(
     _assert_dropped(project, name)
 
 
+@pytest.mark.project
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_the_projects_run_in_one_process_and_with_keepdb(tmp_path: Path) -> None:
