@@ -60,11 +60,7 @@ def in_transaction(
         def run(w: BaseDatabaseWrapper) -> tuple[_T] | None:
             w.set_autocommit(False)
             try:
-                result = fn(w)
-                if result is None and retry_none:
-                    w.rollback()
-                    return None
-                w.commit()
+                return _committed(w, fn, retry_none)
             except DatabaseError as exc:
                 w.rollback()
                 if any(t in str(exc).lower() for t in _TRANSIENT):
@@ -75,7 +71,6 @@ def in_transaction(
                 raise
             finally:
                 w.set_autocommit(True)
-            return (result,)
 
         return on_pooled(alias, key, run)
 
@@ -83,6 +78,20 @@ def in_transaction(
     if found is None:
         raise LeaseContention(key, app_settings.LEASE_RETRIES)
     return found[0]
+
+
+def _committed(
+    w: BaseDatabaseWrapper, fn: Callable[[BaseDatabaseWrapper], _T], retry_none: bool
+) -> tuple[_T] | None:
+    """``fn(w)`` in the transaction open on ``w``, committed; with ``retry_none``, a None
+    result rolls it back and is returned as None (run it again). Errors go to the caller,
+    which rolls back."""
+    result = fn(w)
+    if result is None and retry_none:
+        w.rollback()
+        return None
+    w.commit()
+    return (result,)
 
 
 def in_transaction_or_callers(
@@ -124,12 +133,8 @@ def _unless_locked(
         raw.execute("PRAGMA busy_timeout = 0")
         w.set_autocommit(False)
         try:
-            result = fn(w)
-            if result is None and retry_none:
-                w.rollback()
-                return None
-            w.commit()  # (refused at once while a reader holds the database: no journal wait)
-            return (result,)
+            # (the commit is refused at once while a reader holds the database: no wait)
+            return _committed(w, fn, retry_none)
         except SequenceNotFound:
             w.rollback()
             return None  # defined in the caller's transaction, not committed: it is there
