@@ -401,7 +401,10 @@ def test_adaptive_leases_grow_with_demand_and_shrink_when_it_falls(
 
     run(200_000, 20_000)  # 20k/s for 10 s: a 1 s lease is 20,000 values
     big = [hi - lo + 1 for lo, hi in store.leases[-3:]]
-    assert all(15_000 <= n <= 25_000 for n in big), big
+    # about a second of demand: far from both bounds (100 and 50,000). The rate is sampled when
+    # the background prefetch runs, against the fake clock the issuing thread moves on: on a
+    # loaded machine it runs late and samples a little off (CI saw 14,985)
+    assert all(10_000 <= n <= 30_000 for n in big), big
     run(200_000, 1_000_000)  # a burst: the lease hits max_step
     assert max(hi - lo + 1 for lo, hi in store.leases[-3:]) == 50_000
     n = len(store.leases)
