@@ -67,15 +67,29 @@ class SequenceExhausted(SequenceError):
 
 
 class LeaseContention(SequenceError):
-    """The optimistic-lock update lost every one of its bounded retries."""
+    """A write of the store lost to concurrent writers every one of its bounded retries: the
+    optimistic-lock update of a counter row, or (``detail`` set) a statement the database
+    rolled back for a concurrent one: a deadlock, a serialization failure, a certification
+    conflict on a multi-primary cluster (Galera), a lock wait that timed out. Nothing was
+    issued; calling again is safe."""
 
-    def __init__(self, key: str, attempts: int) -> None:
+    def __init__(self, key: str, attempts: int, detail: str | None = None) -> None:
         self.key = key
         self.attempts = attempts
+        self.detail = detail
+        if detail is None:
+            super().__init__(
+                f"Could not lease a range of {key!r}: the row changed under us {attempts} "
+                f"times in a row. Raise the sequence's step so leases are rarer, or raise "
+                f'DJANGO_SEQUENCES["LEASE_RETRIES"].'
+            )
+            return
         super().__init__(
-            f"Could not lease a range of {key!r}: the row changed under us {attempts} times in a "
-            f"row. Raise the sequence's step so leases are rarer, or raise "
-            f'DJANGO_SEQUENCES["LEASE_RETRIES"].'
+            f"Could not write {key!r}: the database rolled it back for a concurrent writer "
+            f"{attempts} time(s) in a row ({detail}). Nothing was issued; try again. Where "
+            f"this is frequent, raise the sequence's step so leases are rarer, or raise "
+            f'DJANGO_SEQUENCES["LEASE_RETRIES"]; on a multi-primary cluster (Galera), send '
+            f"one sequence's writes to one node (docs: Scaling, Galera)."
         )
 
 

@@ -27,7 +27,7 @@ from .models import Reservation as Row
 from .models import ReservationEvent, Segment
 from .sources import onetrip, rows
 from .sources.callers import joins_callers_transaction
-from .sources.connections import insert, on_pooled, select
+from .sources.connections import insert, on_private, select
 from .sources.transactions import in_transaction, in_transaction_or_callers, update_rows
 
 #: Claims of voided numbers tried per reservation before a fresh value is taken.
@@ -92,7 +92,7 @@ def _fresh(
     trips with the counter row locked inside the server only (:mod:`.sources.onetrip`), else
     (or when the row must go the long way) in one transaction."""
     if (alias, key) not in _rows_made:
-        on_pooled(alias, key, lambda w: ensure_row(w, key, name))
+        on_private(alias, key, lambda w: ensure_row(w, key, name))
         _rows_made.add((alias, key))
     values, event = _values(name, key, now, expires, who)
 
@@ -103,7 +103,7 @@ def _fresh(
         pk, value, number = got
         return Row(pk=pk, value=value, number=number, **values)
 
-    fast = on_pooled(alias, key, one_trip)
+    fast = on_private(alias, key, one_trip)
     if fast is not None:
         return fast
     made = in_transaction(
@@ -193,7 +193,7 @@ def _claim(
     """The lowest voided or expired reservation of counter row ``key``, reserved again
     (compare-and-set on its state and attempt; a lost race tries the next one), or None."""
     for _ in range(CLAIM_TRIES):
-        candidates = on_pooled(alias, key, lambda w: _candidates(w, name, key, now))
+        candidates = on_private(alias, key, lambda w: _candidates(w, name, key, now))
         if not candidates:
             return None
         for pk, state, attempt, _value in candidates:

@@ -53,7 +53,7 @@ from .models import Reservation as Row
 from .reservation_rows import FIELDS, event
 from .sources import onetrip
 from .sources.callers import joins_callers_transaction
-from .sources.connections import on_pooled, resolve_alias, select
+from .sources.connections import on_private, resolve_alias, select
 from .sources.transactions import in_transaction, in_transaction_or_callers, update_rows
 
 _T = TypeVar("_T")
@@ -211,7 +211,7 @@ class Reservation:
                 self._settled(state, actor, label)
                 return
         else:
-            done = on_pooled(alias, self.key, lambda w: fast(w, True))
+            done = on_private(alias, self.key, lambda w: fast(w, True))
             if done is None:
                 done = bool(in_transaction(alias, self.key, write))
             if done:
@@ -388,7 +388,7 @@ def expire(now: datetime | None = None, using: str | None = None) -> int:
     overdue = Row.objects.filter(state="reserved", expires_at__lte=at)
     done = 0
     while True:
-        batch = on_pooled(
+        batch = on_private(
             alias, "reservations", lambda w: select(w, overdue.values_list("pk", "attempt")[:200])
         )
         if not batch:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from collections.abc import Callable, Iterator
@@ -192,6 +193,16 @@ def settle(*names: str) -> None:
     while any(get_sequence(name).status().prefetching for name in names):
         assert time.monotonic() < end, "prefetch did not finish"
         time.sleep(0.002)
+
+
+@contextlib.contextmanager
+def no_private_statements(alias: str) -> Iterator[None]:
+    """No thread of this process runs a statement on a private connection of ``alias`` while
+    this holds (every connection of the pool held)."""
+    with contextlib.ExitStack() as stack:
+        for slot in range(lease_connections.POOL_SIZE):
+            stack.enter_context(lease_connections.lease_connection(alias, slot).lock)
+        yield
 
 
 def assert_unique(values: list[int], expected: int) -> None:

@@ -34,10 +34,9 @@ from django_sequences.sources.autoincrement import (
     counter_key,
     table_name,
 )
-from django_sequences.sources.connections import lease_connection
 from django_sequences.strategies.autoincrement import create_tables
 
-from .conftest import assert_unique, run_threads
+from .conftest import assert_unique, no_private_statements, run_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,7 +99,7 @@ def fail_over(index: int, *, keep: int, pace: int, process_knew_old: bool = True
     this process last checked the table on the old primary (else it forgets nothing: a new
     process, with ``registry.reset()``)."""
     table = table_name("wb", index)
-    with lease_connection("default").use():  # no insert of this process meanwhile
+    with no_private_statements("default"):  # no insert of this process meanwhile
         if process_knew_old:
             generator()._writers[index].identity = OTHER
         updated = CounterWriter.objects.filter(key=counter_key(table)).update(

@@ -8,10 +8,17 @@ import time
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from django.test import override_settings
 
+from django_sequences.exceptions import BackendUnavailable, LeaseContention
 from django_sequences.models import Segment, Sequence
-from django_sequences.sources.connections import lease_connection
+from django_sequences.sources.connections import (
+    close_alias,
+    lease_connection,
+    lost_races,
+    on_private,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,17 +89,16 @@ def test_fork_waits_until_no_thread_is_inside_a_lease_statement() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_on_pooled_gives_a_thread_a_free_connection_while_another_holds_one() -> None:
-    """Reservations spread over a pool: a thread does not wait for another thread's
-    transaction on the private connection (SQLite: one connection, its writer is one)."""
+def test_on_private_gives_a_thread_a_free_connection_while_another_holds_one() -> None:
+    """Leases and reservations spread over a pool: a thread does not wait for another
+    thread's work on a private connection (SQLite: one connection, its writer is one)."""
     import threading
-
-    from django_sequences.sources.connections import on_pooled, on_private
 
     alias = connection.alias
     if connection.vendor == "sqlite":
         # one writer at a time whatever the connection: the lease connection, always
-        assert on_pooled(alias, "k", lambda w: w) is on_private(alias, "k", lambda w: w)
+        with lease_connection(alias).use() as first:
+            assert on_private(alias, "k", lambda w: w) is first
         return
     holding = threading.Event()
     release = threading.Event()
@@ -104,14 +110,14 @@ def test_on_pooled_gives_a_thread_a_free_connection_while_another_holds_one() ->
             holding.set()
             release.wait(10)
 
-        on_pooled(alias, "k", fn)
+        on_private(alias, "k", fn)
 
     t = threading.Thread(target=hold)
     t.start()
     try:
         assert holding.wait(10)
         start = time.monotonic()
-        seen["other"] = on_pooled(alias, "k", lambda w: w)
+        seen["other"] = on_private(alias, "k", lambda w: w)
         waited = time.monotonic() - start
     finally:
         release.set()
@@ -119,4 +125,146 @@ def test_on_pooled_gives_a_thread_a_free_connection_while_another_holds_one() ->
     assert seen["other"] is not seen["held"]
     assert waited < 5  # (it would wait the 10 s the holder sleeps)
     # nobody holds one now: the first slot every time, no connection opened beyond it
-    assert {id(on_pooled(alias, "k", lambda w: w)) for _ in range(3)} == {id(seen["held"])}
+    assert {id(on_private(alias, "k", lambda w: w)) for _ in range(3)} == {id(seen["held"])}
+
+
+def _servers_only() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite writes one transaction at a time whatever the connection")
+
+
+def test_a_lease_waiting_for_a_lock_does_not_stall_another_sequences_lease() -> None:
+    """One sequence's lease that waits (here for a row lock another session holds; on a
+    cluster, a stalled node or a fenced worker id) leaves the process's other sequences
+    leasing: each concurrent lease gets a private connection of its own."""
+    _servers_only()
+    Sequence.objects.define("slow", step=10)
+    Sequence.objects.define("other", step=10)
+    assert Segment.objects.lease("slow") == (1, 10)
+    got: dict[str, tuple[int, int]] = {}
+    slow_started = threading.Event()
+    other_done = threading.Event()
+
+    def lease(name: str, started: threading.Event | None, done: threading.Event | None) -> None:
+        if started is not None:
+            started.set()
+        got[name] = Segment.objects.lease(name)
+        if done is not None:
+            done.set()
+
+    slow = threading.Thread(target=lease, args=("slow", slow_started, None))
+    other = threading.Thread(target=lease, args=("other", None, other_done))
+    with transaction.atomic():  # this session locks the slow sequence's row
+        list(Segment.objects.select_for_update().filter(key="slow"))
+        slow.start()
+        assert slow_started.wait(30)
+        _wait_for_lock_waiter()
+        other.start()
+        # (a deadlock guard, not a timing: the old shared connection waited here for ever)
+        assert other_done.wait(60), "the other sequence's lease waited for the slow one"
+        assert "slow" not in got  # still waiting for the row lock
+    slow.join(60)
+    other.join(60)
+    assert got == {"slow": (11, 20), "other": (1, 10)}
+
+
+def _wait_for_lock_waiter() -> None:
+    """Until a session of the server waits for a lock (the slow lease's)."""
+    sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        if connection.vendor == "postgresql"
+        else "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+    )
+    for _ in range(600):
+        with connection.cursor() as c:
+            c.execute(sql)
+            if c.fetchone()[0]:
+                return
+        time.sleep(0.05)
+    raise AssertionError("the slow lease never waited for the lock")
+
+
+def _lose_a_race(c: Any) -> None:
+    """The server answers that this statement lost to a concurrent one (PostgreSQL's
+    serialization failure; MariaDB's deadlock error, which Galera also gives for a
+    certification conflict)."""
+    if connection.vendor == "postgresql":
+        c.execute(
+            "DO $$ BEGIN RAISE EXCEPTION 'lost' USING ERRCODE = 'serialization_failure'; END $$"
+        )
+    else:
+        c.execute(
+            "BEGIN NOT ATOMIC SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, "
+            "MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting "
+            "transaction'; END"
+        )
+
+
+@override_settings(DJANGO_SEQUENCES={"LEASE_RETRIES": 5, "LEASE_BACKOFF": 0.001})
+def test_a_statement_that_lost_to_a_concurrent_writer_runs_again_on_the_same_connection() -> None:
+    _servers_only()
+    calls: list[Any] = []
+
+    def fn(w: Any) -> str:
+        calls.append(w.connection)
+        if len(calls) < 3:
+            with w.cursor() as c:
+                _lose_a_race(c)
+        return "done"
+
+    before = lost_races()
+    assert on_private(connection.alias, "k", fn) == "done"
+    assert lost_races() - before == 2
+    assert len(calls) == 3 and calls[0] is calls[1] is calls[2]  # never reconnected
+
+
+@override_settings(DJANGO_SEQUENCES={"LEASE_RETRIES": 3, "LEASE_BACKOFF": 0.001})
+def test_losing_every_try_is_contention_not_an_outage() -> None:
+    _servers_only()
+    calls: list[int] = []
+
+    def fn(w: Any) -> None:
+        calls.append(1)
+        with w.cursor() as c:
+            _lose_a_race(c)
+
+    with pytest.raises(LeaseContention) as caught:
+        on_private(connection.alias, "k", fn)
+    assert not isinstance(caught.value, BackendUnavailable)
+    assert len(calls) == 3 and caught.value.attempts == 3
+    assert caught.value.detail and "Galera" in str(caught.value)
+
+
+def test_a_lock_wait_that_timed_out_is_contention_at_once() -> None:
+    _servers_only()
+    Sequence.objects.define("held", step=10)
+    Segment.objects.lease("held")
+    calls: list[int] = []
+
+    def fn(w: Any) -> None:
+        calls.append(1)
+        with w.cursor() as c:
+            if connection.vendor == "postgresql":
+                c.execute("SET lock_timeout = '200ms'")
+            else:
+                c.execute("SET SESSION innodb_lock_wait_timeout = 1")
+            table = w.ops.quote_name(Segment._meta.db_table)
+            try:
+                c.execute(
+                    f"UPDATE {table} SET value = value WHERE {w.ops.quote_name('key')} = 'held'"
+                )
+            finally:
+                if connection.vendor == "postgresql":
+                    c.execute("SET lock_timeout = 0")
+                else:
+                    c.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+
+    try:
+        with transaction.atomic():
+            list(Segment.objects.select_for_update().filter(key="held"))
+            with pytest.raises(LeaseContention) as caught:
+                on_private(connection.alias, "held", fn)
+    finally:
+        close_alias(connection.alias)
+    assert len(calls) == 1  # not waited for again
+    assert not isinstance(caught.value, BackendUnavailable)

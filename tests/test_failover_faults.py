@@ -28,7 +28,7 @@ from pytest_django import DjangoDbBlocker
 
 from django_sequences import get_sequence, next_value
 from django_sequences.models import Sequence
-from django_sequences.sources.connections import lease_connection
+from django_sequences.sources.connections import close_alias
 
 from . import workers
 from .private_servers import PrivateMariaDB, PrivateRedis, database_alias
@@ -389,7 +389,7 @@ def proxied() -> Iterator[TcpProxy]:
         yield proxy
     finally:
         proxy.delay = 0.0
-        lease_connection(SLOW).discard()
+        close_alias(SLOW)
         connections[SLOW].close()
         del connections[SLOW]
         del connections.settings[SLOW]

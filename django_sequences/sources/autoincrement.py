@@ -63,7 +63,7 @@ from django.utils import timezone
 from ..core.base import Status
 from ..exceptions import BackendUnavailable, ConfigurationError
 from . import writers
-from .connections import lease_connection
+from .connections import held
 
 # Models of the tables live in their own registry, never in the project's.
 _apps = Apps()
@@ -196,10 +196,15 @@ class AutoIncrementGenerator:
 
     def _insert(self, index: int, count: int) -> list[int]:
         alias, table = self._tables[index]
-        with lease_connection(alias).use() as w:
-            if writers.identity_sql(w) is None or not writers.enabled():
-                return _insert_rows(w, table, count)[0]
-            return self._guarded_insert(w, index, count)
+        # a connection of the pool: a table whose server stalls holds up only its own inserts
+        with held(alias) as (conn, _nested), conn.use() as w:
+            try:
+                if writers.identity_sql(w) is None or not writers.enabled():
+                    return _insert_rows(w, table, count)[0]
+                return self._guarded_insert(w, index, count)
+            except DatabaseError:
+                conn.discard()
+                raise
 
     def _guarded_insert(self, w: BaseDatabaseWrapper, index: int, count: int) -> list[int]:
         """Insert ``count`` rows; return their ids only if the server that inserted them is the
@@ -251,7 +256,6 @@ class AutoIncrementGenerator:
             try:
                 ids = self._insert(index, count)
             except DatabaseError as exc:
-                lease_connection(self._tables[index][0]).discard()
                 with self._lock:
                     self._down_until[index] = time.monotonic() + self._retry_after
                     self._errors[index] = f"{type(exc).__name__}: {exc}"

@@ -13,7 +13,7 @@ from django.apps import apps
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .connections import lease_connection, on_private
+from .connections import lease_connection, lost_race, on_private
 
 _T = TypeVar("_T")
 
@@ -97,21 +97,14 @@ def in_callers_transaction(w: BaseDatabaseWrapper) -> bool:
     return w.in_atomic_block and w.alias in connections.settings and connections[w.alias] is w
 
 
-#: Errors that say the caller's transaction lost to a concurrent one, not that the database
-#: failed: PostgreSQL's SQLSTATEs for a serialization failure and a deadlock, MariaDB/MySQL's
-#: deadlock error number.
-_CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
-_CONFLICT_ERRNOS = frozenset({1213})
-
-
 def is_conflict(exc: DatabaseError) -> bool:
+    """Whether ``exc`` says the caller's transaction lost to a concurrent one (roll back and
+    run again: :func:`~.connections.lost_race`, or SQLite refusing a read lock's upgrade), not
+    that the database failed."""
+    if lost_race(exc):
+        return True
     cause = exc.__cause__
-    if getattr(cause, "sqlstate", None) in _CONFLICT_SQLSTATES:
-        return True
-    if isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause):
-        # inside the caller's transaction: SQLite refuses a read lock's upgrade to the write
-        # lock while another connection writes (it would deadlock), at once or after the
-        # timeout; the transaction must start again (or start as a writer: IMMEDIATE)
-        return True
-    args: tuple[object, ...] = getattr(cause, "args", ())
-    return bool(args) and args[0] in _CONFLICT_ERRNOS
+    # inside the caller's transaction: SQLite refuses a read lock's upgrade to the write lock
+    # while another connection writes (it would deadlock), at once or after the timeout; the
+    # transaction must start again (or start as a writer: IMMEDIATE)
+    return isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause)

@@ -6,14 +6,15 @@ process might then lease it too while this one still hands it out). So leases ne
 caller's connection: each process keeps one extra connection per database alias, made from a
 copy of that alias's settings (so it follows the test database too), in autocommit mode.
 
-The connection is shared by every thread of the process under ``lock`` (leases are rare: one
-per range), marked with ``inc_thread_sharing()`` so Django allows that. Work that is not rare
-(reservations: a short transaction per number) runs on :func:`on_pooled`, which takes the
-first free connection of a small pool per alias (``POOL_SIZE``; slot 0 is the lease
-connection, the others are opened when threads first find every earlier one busy). Each stays
-open between uses (``CONN_MAX_AGE = None``) and is reopened when the server went away. After
-``fork()`` the child drops them *without closing them*: closing would send the server a goodbye
-on the sockets the parent still uses.
+Each alias has a small pool of them (``POOL_SIZE``), opened as threads first find every
+earlier one busy; :func:`on_private` runs a function on the first one no other thread holds,
+so one sequence's slow lease (a lock wait, a worker id being fenced, a cluster node that
+stalls) never makes another sequence's callers queue behind it. SQLite writes one
+transaction at a time whatever the connection: there it is always the first. They are marked
+with ``inc_thread_sharing()`` so Django lets any thread use them, stay open between uses
+(``CONN_MAX_AGE = None``) and are reopened when the server went away. After ``fork()`` the
+child drops them *without closing them*: closing would send the server a goodbye on the
+sockets the parent still uses.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import copy
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -34,9 +36,9 @@ from django.db.models.sql import InsertQuery
 from django.db.utils import load_backend
 
 from ..conf import app_settings
-from ..core import forking
+from ..core import forking, retry
 from ..core.validation import check_using, shown
-from ..exceptions import BackendUnavailable, ConfigurationError
+from ..exceptions import BackendUnavailable, ConfigurationError, LeaseContention
 
 _T = TypeVar("_T")
 
@@ -113,12 +115,12 @@ class LeaseConnection:
 _by_alias: dict[tuple[str, int], LeaseConnection] = {}
 _by_alias_lock = threading.Lock()
 
-#: Private connections per alias that :func:`on_pooled` spreads its work over.
+#: Private connections per alias that :func:`on_private` spreads its work over.
 POOL_SIZE = 4
 
 
 def lease_connection(alias: str, slot: int = 0) -> LeaseConnection:
-    """The private connection ``slot`` of ``alias`` (0: the one leases use)."""
+    """The private connection ``slot`` of ``alias`` (0: the first, SQLite's only one)."""
     conn = _by_alias.get((alias, slot))
     if conn is None:
         with _by_alias_lock:
@@ -255,36 +257,138 @@ def insert_many(w: BaseDatabaseWrapper, objs: list[Any]) -> None:
 
 
 def on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
-    """Run ``fn`` on the private connection of ``alias``; after a database error, reconnect and
-    try once more (the server may have restarted), then raise :class:`BackendUnavailable`."""
-    return _run(lease_connection(alias), alias, key, fn)
+    """Run ``fn`` on a private connection of ``alias``: the first of ``POOL_SIZE`` that no
+    other thread holds (when all are busy, wait for one chosen by the thread), so that one
+    sequence's slow lease (a lock wait, a fenced worker id, a node of a cluster that stalls)
+    never makes another sequence's callers queue behind it. SQLite writes one transaction at
+    a time whatever the connection: there it is always the one private connection.
+
+    A database error that says the statement lost to a concurrent writer (a deadlock, a
+    serialization failure, a Galera certification conflict: :func:`lost_race`) is
+    contention, not an outage: ``fn`` runs again after the lease back-off (``LEASE_RETRIES``,
+    ``LEASE_BACKOFF``), and :class:`LeaseContention` says so when every try lost; a lock wait
+    that timed out is :class:`LeaseContention` at once. After any other database error the
+    connection is opened again and ``fn`` tried once more (the server may have restarted),
+    then :class:`BackendUnavailable` is raised."""
+    global _lost_races
+    lost = 0
+    while True:
+        try:
+            return _on_a_connection(alias, key, fn)
+        except DatabaseError as exc:  # (only a lost race comes out of it as it is)
+            lost += 1
+            _lost_races += 1
+            if lost >= app_settings.LEASE_RETRIES:
+                raise LeaseContention(key, lost, detail=_first_line(exc)) from exc
+            # no connection held while this sleeps
+            time.sleep(retry.delay(lost, app_settings.LEASE_BACKOFF))
 
 
-def on_pooled(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
-    """:func:`on_private` on the first private connection of ``alias`` that no other thread
-    holds (of ``POOL_SIZE``; when all are busy, wait for one chosen by the thread): threads of
-    one process then do not queue behind each other's round trips and commits. SQLite writes
-    one transaction at a time whatever the connection, so there it is :func:`on_private`."""
+#: The private connection each thread holds now, per alias: a call made while it holds one
+#: (a store's function that calls another) runs on the same connection, in the same
+#: transaction, and leaves retries and reconnects to the outer call.
+_holding = threading.local()
+
+
+def _on_a_connection(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
+    with held(alias) as (conn, nested):
+        if nested:
+            with conn.use() as w:
+                return fn(w)
+        return _run(conn, alias, key, fn)
+
+
+@contextmanager
+def held(alias: str) -> Iterator[tuple[LeaseConnection, bool]]:
+    """A private connection of ``alias`` held by this thread, and whether the thread held it
+    already (an outer call's: the same connection, the same transaction). Else the first one
+    of the pool no thread holds (SQLite: the only one, once free)."""
+    by_alias: dict[str, LeaseConnection] = _holding.__dict__.setdefault("by_alias", {})
+    outer = by_alias.get(alias)
+    if outer is not None:
+        yield outer, True
+        return
     if connections[alias].vendor == "sqlite":
-        return on_private(alias, key, fn)
+        conn = lease_connection(alias)
+        conn.lock.acquire()
+    else:
+        conn = _free_slot(alias)
+    by_alias[alias] = conn
+    try:
+        yield conn, False
+    finally:
+        del by_alias[alias]
+        conn.lock.release()
+
+
+def _free_slot(alias: str) -> LeaseConnection:
+    """The first private connection of ``alias`` no thread holds, now held by this one; when
+    all are busy, the one the thread's id picks, once its holder lets go."""
     for slot in range(POOL_SIZE):
         conn = lease_connection(alias, slot)
         if conn.lock.acquire(blocking=False):
-            try:
-                return _run(conn, alias, key, fn)
-            finally:
-                conn.lock.release()
-    return _run(lease_connection(alias, threading.get_ident() % POOL_SIZE), alias, key, fn)
+            return conn
+    conn = lease_connection(alias, threading.get_ident() % POOL_SIZE)
+    conn.lock.acquire()
+    return conn
+
+
+#: SQLSTATEs (PostgreSQL) and error numbers (MariaDB/MySQL) of a statement or transaction
+#: that lost to a concurrent one and may run again: serialization failure, deadlock (on
+#: Galera also a certification conflict, or a transaction the cluster aborted for one
+#: applied from another node: ER_LOCK_DEADLOCK).
+_LOST_SQLSTATES = frozenset({"40001", "40P01"})
+_LOST_ERRNOS = frozenset({1213})
+#: ... and of a lock wait that timed out (MariaDB/MySQL ER_LOCK_WAIT_TIMEOUT, PostgreSQL's
+#: lock_not_available): contention too, but waiting again would double the wait.
+_TIMED_OUT_SQLSTATES = frozenset({"55P03"})
+_TIMED_OUT_ERRNOS = frozenset({1205})
+
+
+def lost_race(exc: BaseException) -> bool:
+    """Whether database error ``exc`` says its statement or transaction lost to a concurrent
+    one (serialization failure, deadlock, Galera certification conflict) on PostgreSQL or
+    MariaDB/MySQL: nothing of it was applied, and it may simply run again."""
+    return _errcode_in(exc, _LOST_SQLSTATES, _LOST_ERRNOS)
+
+
+def lock_wait_timed_out(exc: BaseException) -> bool:
+    """Whether database error ``exc`` is a lock wait that timed out."""
+    return _errcode_in(exc, _TIMED_OUT_SQLSTATES, _TIMED_OUT_ERRNOS)
+
+
+def _errcode_in(exc: BaseException, sqlstates: frozenset[str], errnos: frozenset[int]) -> bool:
+    cause = exc.__cause__ or exc
+    if getattr(cause, "sqlstate", None) in sqlstates:
+        return True
+    args: tuple[object, ...] = getattr(cause, "args", ())
+    return bool(args) and args[0] in errnos
+
+
+_lost_races = 0  # (a count: a lost update of it under threads is harmless)
+
+
+def lost_races() -> int:
+    """Statements on the private connections of this process that lost to a concurrent
+    writer and ran again (:func:`on_private`) since the process started."""
+    return _lost_races
 
 
 def _run(
     conn: LeaseConnection, alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]
 ) -> _T:
+    """``fn`` on ``conn``; a lost race is raised as it is (the caller tries again), a timed-out
+    lock wait as :class:`LeaseContention`, any other error once more on a new connection, then
+    as :class:`BackendUnavailable`."""
     for attempt in (1, 2):
         try:
             with conn.use() as w:
                 return fn(w)
         except DatabaseError as exc:
+            if lost_race(exc):
+                raise
+            if lock_wait_timed_out(exc):
+                raise LeaseContention(key, 1, detail=_first_line(exc)) from exc
             conn.discard()
             if attempt == 2:
                 raise BackendUnavailable(
@@ -292,3 +396,7 @@ def _run(
                     f"it is up and that `migrate` has run."
                 ) from exc
     raise AssertionError("unreachable")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,7 +1,7 @@
 """Short transactions on the private connections (the reservations' writes).
 
 :func:`in_transaction` runs a function in one transaction on a pooled private connection of an
-alias (:func:`~.connections.on_pooled`) and commits it, retrying one that lost to another
+alias (:func:`~.connections.on_private`) and commits it, retrying one that lost to another
 (a deadlock, a busy database); :func:`in_transaction_or_callers` does the same, except on
 SQLite inside the caller's ``transaction.atomic()``, where it never waits for a write lock the
 caller holds; :func:`update_rows` runs a queryset's UPDATE on such a connection.
@@ -27,7 +27,7 @@ from ..exceptions import (
     SerializationConflict,
 )
 from .callers import is_conflict, joins_callers_transaction
-from .connections import lease_connection, on_pooled
+from .connections import lease_connection, on_private
 
 _T = TypeVar("_T")
 
@@ -72,7 +72,7 @@ def in_transaction(
             finally:
                 w.set_autocommit(True)
 
-        return on_pooled(alias, key, run)
+        return on_private(alias, key, run)
 
     found = retry.until_won(once, app_settings.LEASE_RETRIES, app_settings.LEASE_BACKOFF)
     if found is None:

@@ -17,6 +17,13 @@ that moves a session to another server cannot hide the change):
   the current WAL file shows at once (``pg_control_checkpoint()`` lags until a checkpoint).
 - MariaDB: ``@@server_id`` (unique within a replication topology, as replication requires);
   MySQL: ``@@server_uuid``.
+- A MariaDB Galera cluster: ``galera:<wsrep_cluster_state_uuid>``, the cluster's, not the
+  node's. Every node takes writes and certification keeps them consistent, so a lease from
+  another node of the same cluster is no failover and moves nothing ahead. The state UUID is
+  kept across a restart of the whole cluster (each node's ``grastate.dat``); a cluster made
+  anew (a new bootstrap without that state, a restore from a backup) has another one, which
+  the guard sees as a new writer. Whether a connection is to a Galera node is read once per
+  connection (``wsrep_cluster_state_uuid`` set and not all zeros).
 - Redis: ``master_replid`` of ``INFO replication``: a promoted replica starts a new one.
 
 The margin: a counter row records its *pace*, the most values leased from it within one
@@ -77,6 +84,15 @@ def margin(pace: int, floor: int = 1) -> int:
     return max(int(floor), math.ceil(max(int(pace or 0), 0) * (margin_seconds() + 1)), 1)
 
 
+#: A Galera node's writer identity: its cluster's state UUID (a status variable, so read from
+#: the status table; MariaDB's ``@@`` reads system variables only).
+_GALERA_IDENTITY = (
+    "(SELECT CONCAT('galera:', VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS "
+    "WHERE VARIABLE_NAME = 'WSREP_CLUSTER_STATE_UUID')"
+)
+_NO_CLUSTER_UUID = ("", "00000000-0000-0000-0000-000000000000")
+
+
 def identity_sql(w: BaseDatabaseWrapper) -> str | None:
     """The server's writer identity as a SQL expression for connection ``w``'s vendor, or None
     where there is no failover to guard against (SQLite, other vendors)."""
@@ -84,9 +100,25 @@ def identity_sql(w: BaseDatabaseWrapper) -> str | None:
         return _PG_IDENTITY
     if w.vendor == "mysql":
         if getattr(w, "mysql_is_mariadb", False):
-            return "CONCAT('mariadb:', @@server_id)"
+            return _GALERA_IDENTITY if is_galera(w) else "CONCAT('mariadb:', @@server_id)"
         return "CONCAT('mysql:', @@server_uuid)"
     return None
+
+
+def is_galera(w: BaseDatabaseWrapper) -> bool:
+    """Whether MariaDB connection ``w`` is to a node of a Galera cluster: read once per
+    connection (a new connection, to whichever server, reads it again)."""
+    w.ensure_connection()
+    raw = w.connection
+    found = getattr(w, "_django_sequences_galera", None)
+    if found is not None and found[0] is raw:
+        return bool(found[1])
+    with w.cursor() as c:
+        c.execute("SHOW GLOBAL STATUS LIKE 'wsrep_cluster_state_uuid'")
+        row = c.fetchone()
+    galera = row is not None and str(row[1] or "") not in _NO_CLUSTER_UUID
+    w._django_sequences_galera = (raw, galera)  # type: ignore[attr-defined]
+    return galera
 
 
 def fast_identity_sql(w: BaseDatabaseWrapper) -> str | None:
