@@ -21,11 +21,17 @@ from .exceptions import InvalidToken
 #: What an API token may do with its sequences (``ApiToken.operations``): ``issue`` values and
 #: numbers, ``reserve`` numbers, ``settle`` (confirm or void) the reservations it made,
 #: ``settle_any`` reservation (another token's, or one made by the project's code) and read
-#: it, ``read`` (explain values and numbers, read its reservations), ``status`` (a process's
-#: view of a sequence, with its host and pid).
-TOKEN_OPERATIONS = ("issue", "reserve", "settle", "settle_any", "read", "status")
+#: it, ``read`` its reservations, ``explain`` values and numbers, ``status`` (a process's view
+#: of a sequence, with its host and pid).
+#:
+#: ``explain`` has the power of the obfuscation key over the token's sequences: it decodes any
+#: ``{seq:…,perm}`` or ``{seq:short}`` number back to its value (and its refusals quote the
+#: template piece by piece), so its holder learns how many numbers were issued and, from a
+#: table of values and codes, the next codes. Give it only to clients trusted with that.
+TOKEN_OPERATIONS = ("issue", "reserve", "settle", "settle_any", "read", "explain", "status")
 #: What a new token may do unless told otherwise: no settling of other tokens' reservations,
-#: no status (it shows the processes' hosts and pids).
+#: no explain (it decodes obfuscated numbers), no status (it shows the processes' hosts and
+#: pids).
 DEFAULT_TOKEN_OPERATIONS = ("issue", "reserve", "settle", "read")
 #: The per-token limits: the key of ``DJANGO_SEQUENCES["HTTP_TOKEN_LIMITS"]`` -> the
 #: ``ApiToken`` field that overrides it for one token (blank: the setting's value).
@@ -102,8 +108,9 @@ class ApiToken(models.Model):
         help_text=_(
             "What it may do with its sequences: issue (values, numbers), reserve, settle "
             "(confirm or void its own reservations), settle_any (any reservation, also one made "
-            "by the project's code), read (explain, read its reservations), status (hosts and "
-            "pids of the processes)."
+            "by the project's code), read (its reservations), explain (decode values and "
+            "numbers: perm and short numbers back to their values, the key's power), status "
+            "(hosts and pids of the processes)."
         ),
     )
     values_per_second = models.PositiveIntegerField(

@@ -878,30 +878,35 @@ def test_a_tokens_operations_and_limits_are_shown_and_edited(admin_client: Clien
     row, _token = ApiToken.create_token("ops", ["*"])
     change = reverse("admin:django_sequences_apitoken_change", args=[row.pk])
     page = admin_client.get(change).content.decode()
-    for op in ("issue", "reserve", "settle", "settle_any", "read", "status"):
+    for op in ("issue", "reserve", "settle", "settle_any", "read", "explain", "status"):
         assert f'value="{op}"' in page
     assert "Limits" in page and "(now: 1000)" in page and "(now: 86400)" in page
     base = {"name": "ops", "sequences": "*", "is_active": "on"}
     refused = admin_client.post(
-        change, {**base, "operations": ["issue", "explain"], "values_per_second": "0"}
+        change, {**base, "operations": ["issue", "decode"], "values_per_second": "0"}
     )
     text = refused.content.decode()
-    assert refused.status_code == 200 and "explain is not one of the available choices" in text
+    assert refused.status_code == 200 and "decode is not one of the available choices" in text
     assert "values_per_second must be a whole number from 1" in text
     assert ApiToken.objects.get(pk=row.pk).operations == ["issue", "reserve", "settle", "read"]
     saved = admin_client.post(
         change,
-        {**base, "operations": ["read", "status"], "requests_per_second": "5", "max_ttl": "60"},
+        {
+            **base,
+            "operations": ["status", "explain", "read"],
+            "requests_per_second": "5",
+            "max_ttl": "60",
+        },
     )
     assert saved.status_code == 302
     stored = ApiToken.objects.get(pk=row.pk)
     assert (stored.operations, stored.requests_per_second, stored.max_ttl) == (
-        ["read", "status"],
+        ["read", "explain", "status"],
         5,
         60,
     )
     listing = admin_client.get(reverse("admin:django_sequences_apitoken_changelist"))
-    assert "read, status" in listing.content.decode()
+    assert "read, explain, status" in listing.content.decode()
 
 
 # --- the pure helpers --------------------------------------------------------------------------

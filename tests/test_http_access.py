@@ -83,7 +83,7 @@ def counters() -> tuple[object, ...]:
 ENDPOINTS = [
     ("POST", "/ids/inv/values", None, "issue"),
     ("POST", "/ids/inv/numbers", None, "issue"),
-    ("GET", "/ids/inv/explain/INV-000001", None, "read"),
+    ("GET", "/ids/inv/explain/INV-000001", None, "explain"),
     ("GET", "/ids/inv/status", None, "status"),
     ("POST", "/ids/inv/reservations", None, "reserve"),
     ("POST", "/ids/inv/reservations/INV-000001/confirm", None, "settle"),
@@ -131,7 +131,8 @@ def test_new_tokens_get_the_default_operations() -> None:
     row, _ = ApiToken.create_token("d", ["*"])
     assert row.operations == list(DEFAULT_TOKEN_OPERATIONS)
     assert DEFAULT_TOKEN_OPERATIONS == ("issue", "reserve", "settle", "read")
-    assert not row.may("status") and not row.may("settle_any")
+    assert not row.may("status") and not row.may("settle_any") and not row.may("explain")
+    assert "explain" in TOKEN_OPERATIONS
 
 
 @pytest.mark.parametrize(
@@ -278,7 +279,9 @@ def test_one_token_cannot_exhaust_a_sequence(frozen: FrozenClock) -> None:
 
 def test_requests_per_second_answer_429_with_retry_after(frozen: FrozenClock) -> None:
     Sequence.objects.define("order", step=100)
-    _, token = ApiToken.create_token("chatty", ["order"], requests_per_second=3)
+    _, token = ApiToken.create_token(
+        "chatty", ["order"], operations=["issue", "explain"], requests_per_second=3
+    )
     c = client(token)
     statuses = [c.get("/ids/order/explain/1").status_code for _ in range(3)]
     assert statuses == [400, 400, 400]  # plain counters have no parts, but they count
@@ -380,22 +383,55 @@ def test_status_hides_hosts_without_status_scope() -> None:
     assert body["host"] == socket.gethostname() and body["pid"] == os.getpid()
 
 
-def test_explain_and_its_template_words_need_read() -> None:
+def test_explain_and_its_template_words_need_explain() -> None:
     """explain's refusals say where a text stops matching the template, naming its parts: a
-    token without read gets a 403 that quotes nothing of it; one with read gets the
-    explanation."""
+    token without explain (read included) gets a 403 that quotes nothing of it; one with
+    explain gets the explanation."""
     with override_settings(DJANGO_SEQUENCES={"OBFUSCATION_KEY": "k" * 32}):
         Sequence.objects.define("coupon", template="C{seq:06,perm}", step=10)
-        _, issuer = ApiToken.create_token("issuer", ["coupon"], operations=["issue"])
-        _, reader = ApiToken.create_token("reader", ["coupon"], operations=["read"])
+        _, issuer = ApiToken.create_token("issuer", ["coupon"], operations=["issue", "read"])
+        _, explainer = ApiToken.create_token("explainer", ["coupon"], operations=["explain"])
         r = client(issuer).get("/ids/coupon/explain/X12")
         code, message = error_of(r, 403)
-        assert code == "forbidden" and "'read'" in message
+        assert code == "forbidden" and "'explain'" in message
         assert "perm" not in r.content.decode() and "seq:06" not in r.content.decode()
-        code, message = error_of(client(reader).get("/ids/coupon/explain/X12"), 400)
+        code, message = error_of(client(explainer).get("/ids/coupon/explain/X12"), 400)
         assert (
             code == "bad_request" and "'C'" in message
-        )  # where it stops matching: the read token may know
+        )  # where it stops matching: the explain token may know
+
+
+def test_default_tokens_cannot_decode_short_codes() -> None:
+    """Explain is a decoding key: a token made with the default operations (read included)
+    gets a 403 naming the explain operation for a short code of its own sequence, and learns
+    neither its value nor the template; a token given explain gets the value."""
+    with override_settings(DJANGO_SEQUENCES={"OBFUSCATION_KEY": "k" * 32}):
+        Sequence.objects.define("ticket", template="T{seq:short}")
+        _, default = ApiToken.create_token("default", ["ticket"])
+        _, explainer = ApiToken.create_token("explainer", ["ticket"], operations=["explain"])
+        numbers = post(client(default), "/ids/ticket/numbers", {"count": 3}).json()["numbers"]
+        assert len(numbers) == 3
+        for value, number in enumerate(numbers, start=1):
+            r = client(default).get(f"/ids/ticket/explain/{number}")
+            code, message = error_of(r, 403)
+            assert code == "forbidden" and "'explain'" in message and "'ticket'" in message
+            assert "--operations explain" in message, message
+            assert '"parts"' not in r.content.decode() and "short" not in r.content.decode()
+            told = client(explainer).get(f"/ids/ticket/explain/{number}")
+            assert told.status_code == 200, told.content
+            assert told.json()["number"] == number and told.json()["parts"]["seq"] == value
+
+
+def test_read_alone_reads_its_reservation_and_explains_nothing() -> None:
+    """read still reads the token's own reservations; it no longer explains their numbers."""
+    Sequence.objects.define("inv", strategy="strict", template=INVOICE)
+    row, reader = ApiToken.create_token("reader", ["inv"], operations=["read"])
+    made = reserve_number("inv", token=row, actor="test")
+    got = client(reader).get(f"/ids/inv/reservations/{made.number}")
+    assert got.status_code == 200, got.content
+    assert got.json()["number"] == made.number and got.json()["state"] == "reserved"
+    code, message = error_of(client(reader).get(f"/ids/inv/explain/{made.number}"), 403)
+    assert code == "forbidden" and "'explain'" in message
 
 
 # --- the command and the checks ---------------------------------------------------------------
@@ -432,7 +468,7 @@ def test_token_command_takes_operations_and_limits() -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--operations", "issue,explain"], "Unknown operation(s) 'explain'"),
+        (["--operations", "issue,decode"], "Unknown operation(s) 'decode'"),
         (["--operations", ","], "at least one operation"),
         (["--open-reservations", "0"], "max_open_reservations must be a whole number from 1"),
         (["--max-ttl", "99999999"], "max_ttl must be a whole number from 1 to 31536000"),

@@ -30,7 +30,7 @@ def test_explain_over_http_says_nothing_of_another_sequence() -> None:
     Sequence.objects.define("promo.coupon", template="C{seq:06,perm}", max_value=999_999)
     Sequence.objects.define("customer.invoice", template="INV-{seq:06,perm}", max_value=999_999)
     invoices = next_numbers("customer.invoice", 10)
-    _row, token = ApiToken.create_token("promo", ["promo.coupon"])
+    _row, token = ApiToken.create_token("promo", ["promo.coupon"], operations=["explain"])
     client = Client(headers={"authorization": f"Bearer {token}"})
 
     told = 0

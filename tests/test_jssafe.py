@@ -26,7 +26,7 @@ JS_MAX = 2**53 - 1  # Number.MAX_SAFE_INTEGER
 
 @pytest.fixture
 def api() -> Client:
-    token = ApiToken.create_token("js", ["*"])[1]
+    token = ApiToken.create_token("js", ["*"], operations=["issue", "explain"])[1]
     return Client(headers={"authorization": f"Bearer {token}"})
 
 

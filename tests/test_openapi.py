@@ -127,6 +127,28 @@ def test_it_describes_every_endpoint_and_status() -> None:
     assert document["paths"]["/openapi.json"]["get"]["security"] == []
 
 
+def test_it_names_the_operation_each_endpoint_needs() -> None:
+    """Explain needs its own operation (read no longer decodes numbers): the document says so
+    where a client generator reads it, and names every operation a token may have."""
+    document = served()
+    explain = document["paths"]["/{name}/explain/{value}"]["get"]["description"]
+    assert "Needs the explain operation" in explain and "read does not explain" in explain
+    reading = document["paths"]["/{name}/reservations/{number}"]["get"]["description"]
+    assert "Needs read;" in reading and "that needs explain" in reading
+    forbidden = document["components"]["responses"]["Forbidden"]["description"]
+    listed = "issue, reserve, settle or settle_any, read, explain, status"
+    assert listed in forbidden and listed in " ".join(document["info"]["description"].split())
+    assert set(TOKEN_OPERATIONS) == {
+        "issue",
+        "reserve",
+        "settle",
+        "settle_any",
+        "read",
+        "explain",
+        "status",
+    }
+
+
 def test_no_field_is_described_in_both_the_query_and_the_body() -> None:
     """The server refuses a field given in the query string and the body of one request
     ('given in both… give one'), which OpenAPI cannot say: a document that described count and

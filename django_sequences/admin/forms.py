@@ -203,9 +203,10 @@ class ApiTokenForm(forms.ModelForm):
         help_text=_(
             "What it may do with its sequences: issue values and numbers; reserve numbers; "
             "settle (confirm or void) its own reservations; settle_any: any reservation, also "
-            "another token's or one made by the project's code; read: explain numbers and read "
-            "its reservations; status: the processes' view of a sequence, with their hosts and "
-            "pids."
+            "another token's or one made by the project's code; read: its reservations; explain: "
+            "decode values and numbers, perm and short ones back to their values (the key's "
+            "power: only for clients trusted with it); status: the processes' view of a "
+            "sequence, with their hosts and pids."
         ),
     )
 

@@ -6,15 +6,17 @@ Each view says which operations it needs (any one of them will do):
 
 ==========================================  ==========================================
 ``values``, ``numbers``                     ``issue``
-``explain``                                 ``read``
+``explain``                                 ``explain`` (not a default: it decodes)
 ``status``                                  ``status``
 ``reservations`` (reserve)                  ``reserve``
 ``.../confirm``, ``.../void``               ``settle`` (its own reservations) or ``settle_any``
-``reservations/<number>`` (read)            ``read``
+``reservations/<number>`` (read)            ``read`` (its own; any with ``settle_any``)
 ==========================================  ==========================================
 
 Which reservations a token may settle or read (its own, or any with ``settle_any``) is the
-reservation views' to decide: it depends on the reservation.
+reservation views' to decide: it depends on the reservation. ``explain`` is no part of
+``read``: it decodes ``perm`` and ``short`` numbers back to their values, the power of the
+obfuscation key over the token's sequences, so new tokens do not get it.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from .schemas import (
 
 OPENAPI_VERSION = "3.1.0"
 #: Version of this description (``info.version``); raise it when the API changes.
-API_VERSION = "2.1.0"
+API_VERSION = "3.0.0"
 
 
 #: A context entry in the query string of numbers: ``ctx.`` and a name as a template spells
@@ -192,7 +192,8 @@ def explain_path() -> Doc:
             "one wrapped by failover or memory_bits), or of a number of a sequence with a "
             "template: its text is read as a number first, then as a value. Plain counters' "
             "values have no parts (400); nor has text that matches neither (400). Needs the "
-            "read operation.",
+            "explain operation, which new tokens do not have (read does not explain): it "
+            "decodes perm and short numbers back to their values.",
             "parameters": [ids_query()],
             "responses": {
                 "200": ok("The parts.", ref("schemas", "Explained")),
@@ -323,7 +324,7 @@ def reservation_path() -> Doc:
             "description": "Where a reservation stands (reserved, confirmed, voided or "
             "expired): how a client that lost the answer to a confirm or void learns whether "
             "it went through. Needs read; sees the token's own reservations (any, with "
-            "settle_any).",
+            "settle_any). Read explains no other number: that needs explain.",
             "parameters": [ids_query()],
             "responses": {
                 "200": ok("The reservation.", ref("schemas", "Reservation")),
@@ -379,8 +380,9 @@ Unique IDs and formatted business numbers from django_sequences.
 Every path also takes a trailing slash. Every request but this document's needs
 `Authorization: Bearer <token>` (manage.py sequences_token NAME --sequences SEQ,...), a token
 allowed the sequence and the operation of the endpoint (issue, reserve, settle or settle_any,
-read, status), within its limits: requests and values per second (429 with Retry-After), open
-reservations (409) and the longest ttl (400). A reservation belongs to the token that made it.
+read, explain, status), within its limits: requests and values per second (429 with
+Retry-After), open reservations (409) and the longest ttl (400). A reservation belongs to the
+token that made it. New tokens may not explain: explain decodes numbers back to their values.
 Errors are `{"error": {"code", "message"}}`; any URL under the prefix that is not an endpoint
 is a JSON 404, and any other method on a path a JSON 405 with an Allow header.
 A refused request consumes nothing. Snowflake values exceed 2^53: parse them as 64-bit integers,

@@ -86,7 +86,8 @@ OPERATION_WORDS = {
     "reserve": "reserve numbers of",
     "settle": "confirm or void reservations of",
     "settle_any": "confirm or void other clients' reservations of",
-    "read": "explain numbers or read reservations of",
+    "read": "read reservations of",
+    "explain": "explain values or numbers of",
     "status": "read the status of",
 }
 

@@ -14,7 +14,9 @@ second confirm is a 409 ``settled``, not a second success).
 **A reservation belongs to the token that made it.** Reserving needs the ``reserve``
 operation; confirming and voiding need ``settle`` for the token's own reservations, or
 ``settle_any`` for any (another token's, or one the project's code made: its ``token`` is
-empty); reading one needs ``read``, and sees the token's own (any, with ``settle_any``). A
+empty); reading one needs ``read``, and sees the token's own (any, with ``settle_any``),
+its number and value; ``read`` decodes no other number (that is the ``explain`` operation,
+which new tokens lack). A
 reservation the token may not touch is answered exactly as one that does not exist (404, the
 same message): the answer does not tell a client that another client's number is reserved.
 The recorded ``actor`` is the token (``token:<name> (<prefix>)``); the ``actor`` a client sends

@@ -73,9 +73,10 @@ ERROR_RESPONSES: dict[int, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = 
     403: (
         "Forbidden",
         "An unknown or deactivated token, one not allowed this sequence, or one without the "
-        "operation the endpoint needs (issue, reserve, settle or settle_any, read, status) "
-        "(code forbidden, checked before the sequence is looked up; the message names neither "
-        "the token nor its other sequences); or a plugin refused to issue (code rejected).",
+        "operation the endpoint needs (issue, reserve, settle or settle_any, read, explain, "
+        "status) (code forbidden, checked before the sequence is looked up; the message names "
+        "neither the token nor its other sequences); or a plugin refused to issue (code "
+        "rejected).",
         ("forbidden", "rejected"),
         (),
     ),

@@ -161,12 +161,14 @@ def _context_names(name: str) -> frozenset[str]:
     return issuer(name).template.context_names
 
 
-@endpoint("GET", needs=("read",))
+@endpoint("GET", needs=("explain",))
 def explain(request: HttpRequest, token: ApiToken, name: str, value: str) -> Payload:
     """The parts of ``value``: a value of sequence ``name`` (snowflake, timestamp …) or, for a
     sequence with a template, one of its numbers (``api.explain`` reads the text as a number
-    first, then as a value). Needs ``read``: its answers, and its refusals (which say where a
-    text stops matching the template), show how the sequence's numbers are made."""
+    first, then as a value). Needs ``explain``, which new tokens do not have: its answers
+    decode ``perm`` and ``short`` numbers back to their values (the key's power over the
+    sequence), and its refusals (which say where a text stops matching the template) show how
+    the sequence's numbers are made."""
     refuse_unknown_query(request, frozenset({"ids"}), "ids")
     as_strings = ids_as_strings(request, {})
     if not registry.spec(name, None).template:

@@ -57,7 +57,8 @@ class Command(SequenceCommand):
             default=",".join(DEFAULT_TOKEN_OPERATIONS),
             metavar="OP,...",
             help=f"what it may do with them, separated by commas, of {', '.join(TOKEN_OPERATIONS)}"
-            f" (default: {','.join(DEFAULT_TOKEN_OPERATIONS)})",
+            f" (default: {','.join(DEFAULT_TOKEN_OPERATIONS)}); explain decodes perm and short "
+            "numbers back to their values: give it only to clients trusted with the key",
         )
         for field, (flag, what) in self.LIMIT_OPTIONS.items():
             parser.add_argument(
