@@ -251,21 +251,38 @@ def worker_main(
     ``threads`` threads for each strategy, so that a strategy whose calls hang does not hold
     the others' figures back."""
     n = len(labels)
+
+    def work(t: int, stop: threading.Event) -> None:
+        if t == 0:
+            threading.Thread(target=_write_jumps, args=(out, slot, stop), daemon=True).start()
+        _worker_thread(out, slot, t, labels, stop, prefix, t % n if dedicated else None)
+
     code = soak.issue_until_stopped(
         out,
-        lambda t, stop: _worker_thread(
-            out, slot, t, labels, stop, prefix, t % n if dedicated else None
-        ),
+        work,
         threads * n if dedicated else threads,
         ready=out / f"p{slot}.ready",
         poll=0.1,
         join=15,
     )
-    # (imported here: Django is set up by now) the guard's moves in this process
+    _write_jumps(out, slot, None)
+    return code
+
+
+def _write_jumps(out: Path, slot: int, stop: threading.Event | None) -> None:
+    """Write this process's ``jump_count()`` (the failover guard's moves) to ``p<slot>.jumps``,
+    every half second until ``stop`` (a process killed because a call hung keeps its last
+    count), or once when ``stop`` is None."""
+    # (imported here: Django is set up in the issuing process by now, never in the harness's)
     from django_sequences.sources import writers
 
-    (out / f"p{slot}.jumps").write_text(str(writers.jump_count()))
-    return code
+    path = out / f"p{slot}.jumps"
+    while True:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(str(writers.jump_count()))
+        tmp.replace(path)
+        if stop is None or stop.wait(0.5):
+            return
 
 
 def prepare_main(labels: list[str], prefix: str) -> int:
@@ -345,6 +362,8 @@ class Run:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.t0 = time.time()
         self.events: list[tuple[str, float]] = []
+        #: issuing processes that did not stop within 30 s of the STOP file (a call hung)
+        self.killed: list[str] = []
 
     def event(self, what: str) -> float:
         now = time.time()
@@ -380,12 +399,14 @@ class Run:
         if self in _LIVE:
             _LIVE.remove(self)
         (self.out / "STOP").touch()
-        for p in self.procs:
+        deadline = time.monotonic() + 30
+        for slot, p in enumerate(self.procs):
             try:
-                p.wait(30)
+                p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.send_signal(signal.SIGKILL)
                 p.wait(10)
+                self.killed.append(f"p{slot}")
 
     def collect(
         self,
@@ -827,6 +848,8 @@ def scenario_f(opts: Options) -> ScenarioResult:
         ref.event("reference stopped")
         res.phases["reference"] = ref.collect(None, None)
         res.jumps.update(ref.jumps("reference "))
+        if ref.killed:
+            res.notes.append(f"reference: {ref.killed} did not stop within 30 s (killed)")
         ref.cleanup(opts.keep)
         # every node a writer
         slots = [{"FO_MY_PORT": str(n.port)} for n in cluster.nodes]
@@ -876,6 +899,8 @@ def scenario_f(opts: Options) -> ScenarioResult:
             res.phases[phase] = run.collect(None, None, since=since, until=until)
         res.moved_ahead = run.moved_ahead()
         res.jumps.update(run.jumps())
+        if run.killed:
+            res.notes.append(f"{run.killed} did not stop within 30 s of the end (killed)")
         res.events = ref.events + run.events
         run.cleanup(opts.keep)
     finally:
