@@ -108,6 +108,8 @@ class LabelResult:
     min_after: int | None = None
     #: acknowledged values per issuing process (``p0``, ``p1``, ...)
     per_process: dict[str, int] = field(default_factory=dict)
+    #: failed calls per issuing process
+    errors_per_process: dict[str, int] = field(default_factory=dict)
     #: the smallest and largest value acknowledged; span = largest - smallest + 1
     lowest: int | None = None
     highest: int | None = None
@@ -435,6 +437,7 @@ class Run:
                 if parts[0] == "E":
                     r.attempted += 1
                     r.errors[parts[3]] = r.errors.get(parts[3], 0) + 1
+                    r.errors_per_process[proc] = r.errors_per_process.get(proc, 0) + 1
                     _count_error(r, parts)
                     if t_kill is not None and t >= t_kill:
                         outage.append((li, t, parts[3]))
@@ -1002,13 +1005,21 @@ def print_phases(res: ScenarioResult) -> None:
     the values acknowledged, and the errors with their server error numbers."""
     print(f"\n{res.scenario}, by phase:\n")
     print(
-        "| phase | strategy | attempted | acknowledged | per process | span | span / "
-        "acknowledged | duplicates | guard moves | errors (server error number) |"
+        "| phase | strategy | attempted | acknowledged | per process p0 / p1 / p2 (failed) "
+        "| span | span / acknowledged | duplicates | guard moves | errors (server error number) |"
     )
     print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |")
     for phase, labels in res.phases.items():
         for r in labels.values():
-            procs = " / ".join(f"{r.per_process.get(f'p{i}', 0):,}" for i in range(PROCESSES))
+            procs = " / ".join(
+                f"{r.per_process.get(f'p{i}', 0):,}"
+                + (
+                    f" ({r.errors_per_process[f'p{i}']:,} failed)"
+                    if f"p{i}" in r.errors_per_process
+                    else ""
+                )
+                for i in range(PROCESSES)
+            )
             span = "-" if r.span is None else f"{r.span:,}"
             ratio = (
                 "-" if r.span is None or not r.acknowledged else f"{r.span / r.acknowledged:.2f}"
