@@ -6,6 +6,7 @@ Usage::
     python -m benchmarks.failover                       # every scenario, then the table
     python -m benchmarks.failover --scenario a-async    # one (repeat --scenario for more)
     python -m benchmarks.failover --scenario c --keep   # keep the temp dirs to look at logs
+    python -m benchmarks.failover --scenario f --steady 10 --pause 8   # Galera, by phase
 
 Each scenario starts a private topology (:mod:`benchmarks.topology`: loopback ports of its own,
 never the shared servers 5432/3306/6379 nor the soak's), migrates it, defines one sequence per
