@@ -41,6 +41,7 @@ figures.
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import contextlib
 import json
@@ -75,6 +76,13 @@ DEFINITIONS: dict[str, dict[str, Any]] = {
     "snowflake_redis": {"strategy": "snowflake", "options": {"worker_store": "redis"}},
     "autoincrement": {"strategy": "autoincrement", "options": {"table_bits": 2}},
 }
+
+#: seconds a thread dedicated to one of these strategies rests after each burst: snowflake
+#: issues from memory, millions of values a second, every one written to the files; what it
+#: is measured for is which process issues and its errors
+REST = {"snowflake": 0.01, "snowflake_redis": 0.01}
+#: strategies whose values are timestamps: their span says nothing about values skipped
+TIME_BASED = {"snowflake", "snowflake_redis"}
 
 #: what a process's sequences are named after (``--prefix``): ``<prefix>.<label>``
 PREFIX = "fo"
@@ -114,6 +122,9 @@ class LabelResult:
     #: the smallest and largest value acknowledged; span = largest - smallest + 1
     lowest: int | None = None
     highest: int | None = None
+    #: values from ``lowest`` to ``highest`` acknowledged at any time of the run (a phase's
+    #: span also holds values of bursts that ended after it); None for time-based values
+    covered: int | None = None
     #: ``"<exception class> <MySQL/MariaDB error number or ->"`` -> count
     error_codes: dict[str, int] = field(default_factory=dict)
     #: the first message seen of each key of ``error_codes`` (shortened)
@@ -131,6 +142,12 @@ class LabelResult:
         if self.lowest is None or self.highest is None:
             return None
         return self.highest - self.lowest + 1
+
+    @property
+    def skipped(self) -> int | None:
+        """Values of the span that no process acknowledged (at any time of the run)."""
+        span = self.span
+        return None if span is None or self.covered is None else span - self.covered
 
 
 @dataclass
@@ -244,6 +261,8 @@ def _worker_thread(
         os.write(fd, (text + line).encode())
         if line:
             stop.wait(rng.uniform(0.02, 0.05))
+        elif only is not None and labels[li] in REST:
+            stop.wait(REST[labels[li]])
     os.close(fd)
 
 
@@ -367,6 +386,7 @@ class Run:
         self.events: list[tuple[str, float]] = []
         #: issuing processes that did not stop within 30 s of the STOP file (a call hung)
         self.killed: list[str] = []
+        self._issued_cache: dict[int, list[int]] = {}
 
     def event(self, what: str) -> float:
         now = time.time()
@@ -418,9 +438,11 @@ class Run:
         *,
         since: float | None = None,
         until: float | None = None,
+        duplicates: bool = True,
     ) -> dict[str, LabelResult]:
         """What each strategy issued (the bursts that ended from ``since`` to ``until``, when
-        given): counts, duplicates, errors, and the figures around the kill and promotion."""
+        given): counts, duplicates (unless ``duplicates`` is false: a phase's values are some
+        of the run's), errors, and the figures around the kill and promotion."""
         values: dict[int, array[int]] = {i: array("q") for i in range(len(self.labels))}
         res = {label: LabelResult(label) for label in self.labels}
         first_after: dict[int, float] = {}
@@ -461,7 +483,13 @@ class Run:
                     r.min_after = min(r.min_after or got[0], min(got))
         for li, arr in values.items():
             r = res[self.labels[li]]
-            r.duplicates = len(arr) - len(set(arr))
+            if duplicates:
+                r.duplicates = len(arr) - len(set(arr))
+            if r.lowest is not None and r.highest is not None and r.label not in TIME_BASED:
+                every = self._issued(li)
+                r.covered = bisect.bisect_right(every, r.highest) - bisect.bisect_left(
+                    every, r.lowest
+                )
             if t_promote is not None and li in first_after:
                 r.resume_seconds = round(max(0.0, first_after[li] - t_promote), 3)
         for li, t, exc in outage:
@@ -473,6 +501,18 @@ class Run:
             if label in res:
                 res[label].moved_ahead = n
         return res
+
+    def _issued(self, li: int) -> list[int]:
+        """Every distinct value of ``labels[li]`` acknowledged in the run, sorted (cached)."""
+        cache = self._issued_cache
+        if li not in cache:
+            got: set[int] = set()
+            for path in self.out.glob("p*.t*.log"):
+                for raw in path.read_text().splitlines():
+                    if raw.startswith(f"V {li} "):
+                        got.update(int(v) for v in raw.split()[3:])
+            cache[li] = sorted(got)
+        return cache[li]
 
     def moved_ahead(self) -> int:
         """Counters the failover guard moved ahead in the issuing processes (its warnings)."""
@@ -900,7 +940,7 @@ def scenario_f(opts: Options) -> ScenarioResult:
             "resumed": (t_resumed, t_end + 60),
         }
         for phase, (since, until) in windows.items():
-            res.phases[phase] = run.collect(None, None, since=since, until=until)
+            res.phases[phase] = run.collect(None, None, since=since, until=until, duplicates=False)
         res.moved_ahead = run.moved_ahead()
         res.jumps.update(run.jumps())
         if run.killed:
@@ -1002,35 +1042,33 @@ def _fmt_codes(codes: dict[str, int]) -> str:
 
 
 def print_phases(res: ScenarioResult) -> None:
-    """One row per phase and strategy: what each process issued, the values' span against
-    the values acknowledged, and the errors with their server error numbers."""
+    """One row per phase and strategy: what each process issued (and how many of its calls
+    failed), the values' span (largest - smallest + 1) against the values acknowledged in it
+    during the whole run, the guard's moves and the errors with their server error numbers.
+    Duplicates are counted over the whole run (the table above)."""
     print(f"\n{res.scenario}, by phase:\n")
     print(
         "| phase | strategy | attempted | acknowledged | per process p0 / p1 / p2 (failed) "
-        "| span | span / acknowledged | duplicates | guard moves | errors (server error number) |"
+        "| span | acknowledged in the span | span / acknowledged in it | guard moves "
+        "| errors (server error number) |"
     )
     print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |")
     for phase, labels in res.phases.items():
         for r in labels.values():
-            procs = " / ".join(
-                f"{r.per_process.get(f'p{i}', 0):,}"
-                + (
-                    f" ({r.errors_per_process[f'p{i}']:,} failed)"
-                    if f"p{i}" in r.errors_per_process
-                    else ""
-                )
-                for i in range(PROCESSES)
-            )
+            procs = []
+            for i in range(PROCESSES):
+                failed = r.errors_per_process.get(f"p{i}")
+                ok = f"{r.per_process.get(f'p{i}', 0):,}"
+                procs.append(f"{ok} ({failed:,} failed)" if failed else ok)
             span = "-" if r.span is None else f"{r.span:,}"
-            ratio = (
-                "-" if r.span is None or not r.acknowledged else f"{r.span / r.acknowledged:.2f}"
-            )
-            if r.label == "snowflake":
-                span, ratio = f"({span})", "-"  # (time-based: a span says nothing)
-            dup = f"**{r.duplicates:,}**" if r.duplicates else "0"
+            covered = "-" if r.covered is None else f"{r.covered:,}"
+            ratio = f"{r.span / r.covered:.2f}" if r.span and r.covered else "-"
+            if r.label in TIME_BASED:
+                span = f"({span})"  # (timestamps: a span says nothing)
             print(
-                f"| {phase} | {r.label} | {r.attempted:,} | {r.acknowledged:,} | {procs} | {span} "
-                f"| {ratio} | {dup} | {r.moved_ahead:,} | {_fmt_codes(r.error_codes)} |"
+                f"| {phase} | {r.label} | {r.attempted:,} | {r.acknowledged:,} "
+                f"| {' / '.join(procs)} | {span} | {covered} | {ratio} | {r.moved_ahead:,} "
+                f"| {_fmt_codes(r.error_codes)} |"
             )
 
 
