@@ -424,7 +424,8 @@ class GaleraCluster:
         cmd = [c for c in n.command(self.cluster_address, False) if "--log-error" not in c]
         cmd += [f"--log-error={log}", "--wsrep-recover"]
         subprocess.run(cmd, capture_output=True, timeout=180, check=False)
-        found = re.findall(r"Recovered position: (\S+:-?\d+)", log.read_text(errors="replace"))
+        text = log.read_text(errors="replace") if log.exists() else ""
+        found = re.findall(r"Recovered position: (\S+:-?\d+)", text)
         return found[-1] if found else None
 
     def _transfer_since(self, n: GaleraNode, offset: int) -> str:
