@@ -8,7 +8,8 @@ Environment:
 - ``FO_PG_HOST``, ``FO_PG_PORT``: libpq HOST and PORT, comma-separated for multi-host
   (``"127.0.0.1,127.0.0.1"``, ``"5450,5451"``), reached with ``target_session_attrs=read-write``;
 - ``FO_PG_POOLER``: set behind PgBouncer: no prepared statements, no server-side cursors;
-- ``FO_MY_PORT``: the MariaDB port (the proxy's in scenario b);
+- ``FO_MY_PORT``: the MariaDB port (the proxy's in scenario b; in scenario f each issuing
+  process gets the port of its own Galera node, so that its ``default`` alias writes there);
 - ``FO_REDIS``: ``single:PORT``, ``sentinel:SERVICE:PORT,PORT,PORT`` or ``cluster:PORT,…``;
 - ``FO_SEQUENCES``: a JSON object merged into ``DJANGO_SEQUENCES`` (``Options.sequences_settings``).
 """
@@ -99,7 +100,10 @@ DJANGO_SEQUENCES = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # each line starts with its time (epoch seconds): the harness counts the guard's warnings
+    # per phase (Run.moves)
+    "formatters": {"timed": {"format": "%(created).3f %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timed"}},
     "loggers": {
         "django_sequences": {"handlers": ["console"], "level": "CRITICAL"},
         # the failover guard's warnings: the harness counts them (Run.moved_ahead)
