@@ -262,13 +262,24 @@ class AutoIncrementGenerator:
                 last_exc = exc
                 continue
             with self._lock:
-                self._errors[index] = None
-                self._down_until[index] = 0.0
+                back = [index]
+                if k == n:
+                    # a probe while every table waited (most often their database was out)
+                    # answered: the other tables of its database are tried again at once too,
+                    # instead of each waiting for its own retry or probe
+                    alias = self._tables[index][0]
+                    back = [j for j, (other, _t) in enumerate(self._tables) if other == alias]
+                for j in back:
+                    self._errors[j] = None
+                    self._down_until[j] = 0.0
                 self._issued += count
             return [i << self._bits | index for i in ids]
+        with self._lock:
+            last = str(last_exc) if last_exc is not None else next(filter(None, self._errors), "")
         raise BackendUnavailable(
             f"Sequence {self.name!r}: every one of its {n} auto-increment tables failed or is "
-            f"waiting to be retried (last error: {last_exc}). Check the databases, and that "
+            f"waiting to be retried (last error: {last or 'none recorded'}). Check the "
+            f"databases, and that "
             f"`manage.py migrate` (on each database holding tables: the failover guard's rows) "
             f"and `manage.py sequences_create_tables {self.name}` have run."
         ) from last_exc
