@@ -584,7 +584,7 @@ def _pg_failover(sync: bool, opts: Options) -> ScenarioResult:
     )
     labels = ["segment", "strict", "snowflake", "redis", "redis_segment"]
     pair = topology.PgPair(sync=sync)
-    redis = topology.RedisServer(6402)
+    redis = topology.RedisServer()
     try:
         pair.setup()
         redis.setup()
@@ -594,7 +594,7 @@ def _pg_failover(sync: bool, opts: Options) -> ScenarioResult:
                 "FO_DB": "postgresql",
                 "FO_PG_HOST": host,
                 "FO_PG_PORT": port,
-                "FO_REDIS": "single:6402",
+                "FO_REDIS": f"single:{redis.port}",
             },
             labels,
             threads=1,
@@ -644,12 +644,16 @@ def scenario_b(opts: Options) -> ScenarioResult:
     )
     labels = ["segment", "strict", "snowflake", "redis"]
     pair = topology.MariaPair()
-    redis = topology.RedisServer(6404)
+    redis = topology.RedisServer()
     try:
         pair.setup()
         redis.setup()
         run = Run(
-            {"FO_DB": "mysql", "FO_MY_PORT": str(pair.proxy_port), "FO_REDIS": "single:6404"},
+            {
+                "FO_DB": "mysql",
+                "FO_MY_PORT": str(pair.proxy_port),
+                "FO_REDIS": f"single:{redis.port}",
+            },
             labels,
             threads=1,
             opts=opts,
@@ -687,7 +691,7 @@ def scenario_c(opts: Options) -> ScenarioResult:
     )
     labels = ["redis", "redis_segment", "snowflake_redis"]
     sentinel = topology.RedisSentinel()
-    db = topology.PgBouncer(pg_port=5452, port=6441)  # only its PostgreSQL is used
+    db = topology.PgBouncer()  # only its PostgreSQL is used
     try:
         db.pg.initdb()
         db.pg.start()
@@ -737,7 +741,7 @@ def scenario_d(opts: Options) -> ScenarioResult:
     )
     labels = ["redis", "redis_segment", "snowflake_redis"]
     cluster = topology.RedisCluster()
-    db = topology.PgBouncer(pg_port=5454, port=6442)
+    db = topology.PgBouncer()
     try:
         db.pg.initdb()
         db.pg.start()
@@ -795,14 +799,18 @@ def _pgbouncer(opts: Options, unprepared: bool) -> ScenarioResult:
         )
     pooled = {"FO_PG_POOLER": "1"} if unprepared else {}
     labels = ["segment", "strict", "snowflake", "redis", "redis_segment"]
-    redis = topology.RedisServer(6406)
+    redis = topology.RedisServer()
     try:
         bouncer.setup()
         res.notes.append(bouncer.version())
         redis.setup()
         # migrate straight to PostgreSQL, issue through PgBouncer
         direct = Run(
-            {"FO_DB": "postgresql", "FO_PG_PORT": str(bouncer.pg.port), "FO_REDIS": "single:6406"},
+            {
+                "FO_DB": "postgresql",
+                "FO_PG_PORT": str(bouncer.pg.port),
+                "FO_REDIS": f"single:{redis.port}",
+            },
             labels,
             threads=4,
             opts=opts,
@@ -813,7 +821,7 @@ def _pgbouncer(opts: Options, unprepared: bool) -> ScenarioResult:
             {
                 "FO_DB": "postgresql",
                 "FO_PG_PORT": str(bouncer.port),
-                "FO_REDIS": "single:6406",
+                "FO_REDIS": f"single:{redis.port}",
                 **pooled,
             },
             labels,

@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,7 @@ from types import TracebackType
 from typing import Any
 
 from .private import SHARED_PORTS, _run, port_open
-from .topology import SOAK_PORTS, _kill_pid, _spawn
+from .topology import SOAK_PORTS, _kill_pid, _spawn, free_ports
 
 PROVIDER = "/usr/lib/galera/libgalera_smm.so"
 MARIADBD = "/usr/sbin/mariadbd"
@@ -60,20 +59,6 @@ STATE_VARIABLES = (
     "wsrep_ready",
     "wsrep_local_index",
 )
-
-
-def free_ports(count: int, taken: set[int] | None = None) -> list[int]:
-    """``count`` distinct loopback ports nothing listens on now, never a shared server's nor
-    the soak's (as ``tests/private_servers.free_port`` picks them)."""
-    avoid = set(SHARED_PORTS) | SOAK_PORTS | {5672} | (taken or set())
-    got: list[int] = []
-    while len(got) < count:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        if port not in avoid and port not in got:
-            got.append(port)
-    return got
 
 
 def _descendants(pid: int) -> list[int]:

@@ -1,7 +1,8 @@
 """Private replicated server topologies on loopback for :mod:`benchmarks.failover`.
 
-Each class starts its servers in a fresh temporary directory, on ports of its own (never the
-shared servers' 5432, 3306, 6379, nor the soak's 5440, 3310, 6390), and stops them by pid in
+Each class starts its servers in a fresh temporary directory, on free loopback ports unless
+told which (never the shared servers' 5432, 3306, 6379, nor the soak's 5440, 3310, 6390: two
+runs at once each get their own), and stops them by pid in
 ``teardown()``:
 
 - :class:`PgPair` — a PostgreSQL primary and a streaming standby made by ``pg_basebackup -R``
@@ -34,6 +35,25 @@ from .private import SHARED_PORTS, _pg_bin, _run, port_open
 
 SOAK_PORTS = {5440, 3310, 6390}
 DB_NAME = "failover"
+
+
+def free_ports(count: int, taken: set[int] | None = None, *, bus: bool = False) -> list[int]:
+    """``count`` distinct loopback ports nothing listens on now, never a shared server's nor
+    the soak's (as ``tests/private_servers.free_port`` picks them): two runs of the harness at
+    once (two checkouts' test suites) each get their own. ``bus``: each port + 10000 is free
+    too (a Redis Cluster node's bus)."""
+    avoid = set(SHARED_PORTS) | SOAK_PORTS | {5672} | (taken or set())
+    got: list[int] = []
+    while len(got) < count:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port in avoid or port in got:
+            continue
+        if bus and (port + 10000 > 65535 or port_open(port + 10000)):
+            continue
+        got.append(port)
+    return got
 
 
 def _check_ports(ports: list[int]) -> None:
@@ -145,7 +165,10 @@ class PgNode:
 class PgPair(_Base):
     """A primary on ``ports[0]`` and a streaming standby on ``ports[1]``."""
 
-    def __init__(self, ports: tuple[int, int] = (5450, 5451), *, sync: bool = False) -> None:
+    def __init__(self, ports: tuple[int, int] | None = None, *, sync: bool = False) -> None:
+        if ports is None:
+            ports = (*free_ports(2),)  # type: ignore[assignment]
+        assert ports is not None
         _check_ports(list(ports))
         super().__init__("pgpair")
         self.primary = PgNode(self.root, "primary", ports[0])
@@ -238,7 +261,11 @@ class PgPair(_Base):
 class PgBouncer(_Base):
     """One PostgreSQL on ``pg_port`` and PgBouncer (transaction pooling) on ``port``."""
 
-    def __init__(self, pg_port: int = 5453, port: int = 6440, pool_size: int = 10) -> None:
+    def __init__(
+        self, pg_port: int | None = None, port: int | None = None, pool_size: int = 10
+    ) -> None:
+        if pg_port is None or port is None:
+            pg_port, port = free_ports(2)
         _check_ports([pg_port, port])
         super().__init__("pgbouncer")
         self.pg = PgNode(self.root, "pg", pg_port)
@@ -451,7 +478,10 @@ class MariaPair(_Base):
     """A primary (``ports[0]``), a GTID replica (``ports[1]``) and a proxy (``ports[2]``) that
     Django connects to."""
 
-    def __init__(self, ports: tuple[int, int, int] = (3320, 3321, 3325)) -> None:
+    def __init__(self, ports: tuple[int, int, int] | None = None) -> None:
+        if ports is None:
+            ports = (*free_ports(3),)  # type: ignore[assignment]
+        assert ports is not None
         _check_ports(list(ports))
         super().__init__("mariapair")
         self.primary = MariaNode(self.root, "primary", ports[0], 1)
@@ -520,7 +550,9 @@ def _pong(port: int) -> Callable[[], bool]:
 class RedisServer(_Base):
     """One plain Redis on ``port`` (for the redis strategies in the database scenarios)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int | None = None) -> None:
+        if port is None:
+            port = free_ports(1)[0]
         _check_ports([port])
         super().__init__("redis")
         self.port = port
@@ -548,10 +580,13 @@ class RedisSentinel(RedisServer):
 
     def __init__(
         self,
-        ports: tuple[int, int] = (6400, 6401),
-        sentinel_ports: tuple[int, ...] = (26400, 26401, 26402),
-        link_port: int = 6409,
+        ports: tuple[int, int] | None = None,
+        sentinel_ports: tuple[int, ...] | None = None,
+        link_port: int | None = None,
     ) -> None:
+        if ports is None or sentinel_ports is None or link_port is None:
+            got = free_ports(6)
+            ports, sentinel_ports, link_port = (got[0], got[1]), tuple(got[2:5]), got[5]
         _check_ports([*ports, *sentinel_ports, link_port])
         _Base.__init__(self, "sentinel")
         self.master_port, self.replica_port = ports
@@ -638,7 +673,9 @@ class RedisSentinel(RedisServer):
 class RedisCluster(_Base):
     """Six nodes (``ports``) made into a cluster of 3 masters with one replica each."""
 
-    def __init__(self, ports: tuple[int, ...] = (6410, 6411, 6412, 6413, 6414, 6415)) -> None:
+    def __init__(self, ports: tuple[int, ...] | None = None) -> None:
+        if ports is None:
+            ports = tuple(free_ports(6, bus=True))
         _check_ports(list(ports))
         super().__init__("cluster")
         self.ports = ports

@@ -1,12 +1,11 @@
 """Real failovers (invariant I11: a counter never goes lower across a failover of its store),
 through the harness of benchmarks/failover.py.
 
-Each scenario starts its own servers on private loopback ports (PostgreSQL 5450-5454, MariaDB
-3320-3321 and a proxy on 3325, Redis 6400-6415, Sentinels 26400-26402, PgBouncer 6440), never
-the shared ones, and stops them by pid. Three spawned processes issue segment, strict, redis,
-redis_segment and snowflake values throughout; the replica is made to lag, the primary is
-killed with SIGKILL and the replica promoted; every acknowledged value is counted (Jepsen's
-unique-ids check).
+Each scenario starts its own servers on free loopback ports (so two runs of the suite at once
+do not meet), never the shared ones, and stops them by pid. Three spawned processes issue
+segment, strict, redis, redis_segment and snowflake values throughout; the replica is made
+to lag, the primary is killed with SIGKILL and the replica promoted; every acknowledged
+value is counted (Jepsen's unique-ids check).
 
 With the library's defaults: no value twice, only ``BackendUnavailable`` while no primary
 answered, and issuing resumed after the promotion. With ``FAILOVER_GUARD`` off the
