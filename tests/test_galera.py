@@ -18,7 +18,9 @@ What must hold with the defaults:
   for a new writer would move the counters ahead on most leases and skip far more;
 - snowflake: every process gets a worker id and issues in the steady phase;
 - no certification conflict (error 1213, "Deadlock", "WSREP") reaches a caller while every
-  node is up.
+  node is up;
+- the processes on the other nodes go on issuing while one node is down or stopped, and every
+  process issues again once it is back.
 
 The reference phase is held to the same span and snowflake rules: proof that they can pass
 on this machine. Marked ``failover`` (tox runs the harness once); no duration or throughput
@@ -129,3 +131,18 @@ def test_no_certification_conflict_reaches_a_caller(
         if result.phases[phase][label].conflicts
     }
     assert not found, found
+
+
+@pytest.mark.parametrize("label", failover.GALERA_LABELS)
+def test_issuing_goes_on_around_a_node_that_dies_or_stops(
+    result: failover.ScenarioResult, label: str
+) -> None:
+    """While node 3 is down and while node 2 is stopped, the processes on the other nodes go
+    on issuing; once the node is back (rejoined, resumed), every process issues again."""
+    around = {"node down": ("p0", "p1"), "node paused": ("p0", "p2")}
+    for phase, alive in around.items():
+        per = result.phases[phase][label].per_process
+        assert all(per.get(p, 0) > 0 for p in alive), (phase, label, per)
+    for phase in ("rejoined", "resumed"):
+        per = result.phases[phase][label].per_process
+        assert all(per.get(f"p{i}", 0) > 0 for i in range(failover.PROCESSES)), (phase, per)
