@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .cli import setup
+
 NAMES = {"gapless": "bench.res-gapless", "reserve": "bench.res-reserve"}
 TEMPLATE_GAPLESS = "G{seq:08}"
 TEMPLATE_RESERVE = "R{seq:08}"
@@ -41,21 +43,20 @@ SUFFIX = "_bench_res"
 
 
 def _setup(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.reservations", description=__doc__)
-    ap.add_argument("--db", default="postgresql", choices=["postgresql", "mysql"])
-    ap.add_argument("--writers", type=int, default=8)
-    ap.add_argument("--business-ms", type=float, default=10.0)
-    ap.add_argument("--seconds", type=float, default=5.0, help="per side")
-    ap.add_argument("--rounds", type=int, default=2, help="turns of the four runs")
-    ap.add_argument("--quick", action="store_true", help="1 second per side")
-    args = ap.parse_args(argv)
-    os.environ["DB"] = args.db
-    os.environ["DJANGO_SEQUENCES_TEST_SUFFIX"] = SUFFIX
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
-    import django
+    def arguments(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--writers", type=int, default=8)
+        ap.add_argument("--business-ms", type=float, default=10.0)
+        ap.add_argument("--seconds", type=float, default=5.0, help="per side")
+        ap.add_argument("--rounds", type=int, default=2, help="turns of the four runs")
 
-    django.setup()
-    return args
+    return setup(
+        "python -m benchmarks.reservations",
+        __doc__,
+        argv,
+        servers_only=True,
+        suffix=SUFFIX,
+        arguments=arguments,
+    )
 
 
 def _writer_loop(

@@ -28,26 +28,28 @@ import platform
 import threading
 import time
 
+from .cli import setup
+
 SUFFIX = "_bench_stall"
 FAST = "bench.stall-fast"
 STALLED = "bench.stall-stalled"
 
 
 def _setup(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.stall", description=__doc__)
-    ap.add_argument("--db", default="postgresql", choices=["postgresql", "mysql"])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--step", type=int, default=50)
-    args = ap.parse_args(argv)
-    os.environ["DB"] = args.db
-    os.environ["DJANGO_SEQUENCES_TEST_SUFFIX"] = SUFFIX
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
-    import django
+    def arguments(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--threads", type=int, default=2)
+        ap.add_argument("--seconds", type=float, default=3.0)
+        ap.add_argument("--rounds", type=int, default=2)
+        ap.add_argument("--step", type=int, default=50)
 
-    django.setup()
-    return args
+    return setup(
+        "python -m benchmarks.stall",
+        __doc__,
+        argv,
+        servers_only=True,
+        suffix=SUFFIX,
+        arguments=arguments,
+    )
 
 
 def issue_for(threads: int, seconds: float) -> float:
@@ -61,22 +63,22 @@ def issue_for(threads: int, seconds: float) -> float:
         n = 0
         while time.monotonic() < until:
             next_value(FAST)
-            n += 1
+            if time.monotonic() <= until:  # (a call that returned late counts for nothing)
+                n += 1
         counts[i] = n
 
-    start = time.monotonic()
     ts = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    return sum(counts) / (time.monotonic() - start)
+    return sum(counts) / seconds
 
 
 def beside_a_stalled_lease(threads: int, seconds: float) -> tuple[float, int]:
     """:func:`issue_for` while the other sequence's counter row is held locked by another
-    session and two threads wait in its lease; (values/s, values the waiting threads got once
-    let go)."""
+    session (until the run's time is up) and two threads wait in its lease; (values/s, values
+    the waiting threads got once let go)."""
     from django.db import connection, transaction
 
     from django_sequences import next_value
@@ -84,17 +86,18 @@ def beside_a_stalled_lease(threads: int, seconds: float) -> tuple[float, int]:
 
     got: list[int] = []
     locked = threading.Event()
-    release = threading.Event()
+    hold_for = seconds + 0.2  # from before the issuing starts until its time is up
 
     def holder() -> None:
         with transaction.atomic():
             list(Segment.objects.select_for_update().filter(key=STALLED))
             locked.set()
-            release.wait(seconds + 120)
+            time.sleep(hold_for)
         connection.close()
 
     def stalled() -> None:
         got.append(next_value(STALLED))
+        connection.close()
 
     h = threading.Thread(target=holder)
     h.start()
@@ -104,7 +107,6 @@ def beside_a_stalled_lease(threads: int, seconds: float) -> tuple[float, int]:
         t.start()
     time.sleep(0.2)  # (both are in their lease statement by now)
     rate = issue_for(threads, seconds)
-    release.set()
     h.join()
     for t in waiting:
         t.join()
@@ -129,13 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         Sequence.objects.define(STALLED, strategy="strict")  # a statement per value
         next_value(FAST)
         next_value(STALLED)  # its counter row exists: the holder locks it
+        seconds = 1.0 if args.quick else args.seconds
         for i in range(1, args.rounds + 1):
-            alone = issue_for(args.threads, args.seconds)
-            pooled, n_pooled = beside_a_stalled_lease(args.threads, args.seconds)
+            alone = issue_for(args.threads, seconds)
+            pooled, n_pooled = beside_a_stalled_lease(args.threads, seconds)
             private.close_all()
             private.POOL_SIZE = 1
             try:
-                one, n_one = beside_a_stalled_lease(args.threads, args.seconds)
+                one, n_one = beside_a_stalled_lease(args.threads, seconds)
             finally:
                 private.POOL_SIZE = pool_size
                 private.close_all()
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         creation.destroy_test_db(old_name, verbosity=0)
     print(f"\n### A stalled lease beside another sequence ({args.db})\n")
     print(
-        f"segment step {args.step}, {args.threads} issuing threads, {args.seconds:g} s per "
+        f"segment step {args.step}, {args.threads} issuing threads, {seconds:g} s per "
         f"run; {platform.python_version()}, {os.cpu_count()} cores.\n"
     )
     print("| round | alone | beside a stalled lease | ratio | one private connection | ratio |")
