@@ -131,7 +131,8 @@ class LabelResult:
     error_samples: dict[str, str] = field(default_factory=dict)
     #: errors of a class that is no django_sequences exception (``SequenceError``), per class
     untyped: dict[str, int] = field(default_factory=dict)
-    #: errors that name a certification conflict: error 1213, "Deadlock" or "WSREP"
+    #: errors that name a certification conflict: error 1213, "Deadlock" or "certification"
+    #: (not 1047 "WSREP has not yet prepared node": a node out of the primary component)
     conflicts: int = 0
     #: counters the failover guard moved ahead (its warnings naming this strategy's sequence)
     moved_ahead: int = 0
@@ -342,7 +343,7 @@ def _count_error(r: LabelResult, parts: list[str]) -> None:
     if typed == "U":
         r.untyped[kind] = r.untyped.get(kind, 0) + 1
     lowered = text.lower()
-    if code == "1213" or "deadlock" in lowered or "wsrep" in lowered:
+    if code == "1213" or "deadlock" in lowered or "certification" in lowered:
         r.conflicts += 1
 
 

@@ -17,8 +17,9 @@ What must hold with the defaults:
   the phase ended holds values of the span too. A guard that took every node of one cluster
   for a new writer would move the counters ahead on most leases and skip far more;
 - snowflake: every process gets a worker id and issues in the steady phase;
-- no certification conflict (error 1213, "Deadlock", "WSREP") reaches a caller while every
-  node is up;
+- no certification conflict (error 1213, "Deadlock", "certification") reaches a caller while
+  every node is up (1047, "WSREP has not yet prepared node", is a node out of the cluster, not
+  a conflict: a resumed node answers it until it is Synced again);
 - the processes on the other nodes go on issuing while one node is down or stopped, and every
   process issues again once it is back.
 
