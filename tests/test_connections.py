@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 import pytest
@@ -158,7 +160,7 @@ def test_a_lease_waiting_for_a_lock_does_not_stall_another_sequences_lease() -> 
         list(Segment.objects.select_for_update().filter(key="slow"))
         slow.start()
         assert slow_started.wait(30)
-        _wait_for_lock_waiter()
+        _wait_for_lock_waiter(slow)
         other.start()
         # (a deadlock guard, not a timing: the old shared connection waited here for ever)
         assert other_done.wait(60), "the other sequence's lease waited for the slow one"
@@ -168,20 +170,26 @@ def test_a_lease_waiting_for_a_lock_does_not_stall_another_sequences_lease() -> 
     assert got == {"slow": (11, 20), "other": (1, 10)}
 
 
-def _wait_for_lock_waiter() -> None:
-    """Until a session of the server waits for a lock (the slow lease's)."""
+def _wait_for_lock_waiter(thread: threading.Thread) -> None:
+    """Until a session on this test's database waits for a lock (the slow lease's: another run
+    of the suite on the same server waits on its own database)."""
     sql = (
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND datname = current_database()"
         if connection.vendor == "postgresql"
-        else "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+        else "SELECT count(*) FROM information_schema.INNODB_TRX t JOIN "
+        "information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+        "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
     )
-    for _ in range(600):
+    for _ in range(1200):
         with connection.cursor() as c:
             c.execute(sql)
             if c.fetchone()[0]:
                 return
         time.sleep(0.05)
-    raise AssertionError("the slow lease never waited for the lock")
+    frame = sys._current_frames().get(thread.ident or 0)
+    where = "".join(traceback.format_stack(frame)) if frame is not None else "(ended)"
+    raise AssertionError(f"the slow lease never waited for the lock; it is at:\n{where}")
 
 
 def _lose_a_race(c: Any) -> None:
