@@ -52,9 +52,12 @@ def test_two_sequences_share_no_obfuscation_mapping() -> None:
     Sequence.objects.define("customer.invoice", template="INV-{seq:06,perm}", max_value=999_999)
     coupons = next_numbers("promo.coupon", 50)
     invoices = next_numbers("customer.invoice", 50)
-    # the same values 1 … 50 on both: a shared mapping gives the same digits
+    # the same values 1 … 50 on both: a shared mapping gives the same digits (two unrelated
+    # mappings of 10**6 codes agree on one of 50 values once in 20,000 runs)
     assert sum(c[1:] == i[4:] for c, i in zip(coupons, invoices, strict=True)) == 0
-    assert not {c[1:] for c in coupons} & {i[4:] for i in invoices}
+    # and the two sets of codes are as far apart as unrelated ones: 50 of 10**6 each share a
+    # code once in 400 runs (CI saw one), three or more about once in 10**8
+    assert len({c[1:] for c in coupons} & {i[4:] for i in invoices}) <= 2
 
 
 def test_explain_on_one_sequence_says_nothing_of_another() -> None:
