@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import plugins
 from .conf import app_settings, sequence_defaults
-from .core import forking
+from .core import forking, prefetch
 from .core.base import IdGenerator, Issuing, SequenceSpec
 from .core.plugins import PluggedGenerator
 from .core.validation import check_name, check_using
@@ -194,6 +194,9 @@ def reset() -> None:
         for hook in list(_reset_hooks):
             hook()
         plugins.reset()
+    # a forgotten generator's lease still queued runs now, not after the rows it would lease
+    # from were made anew (a flush, then the next test's definition, took its values first)
+    prefetch.default_prefetcher().drain()
 
 
 def forget_after_migrate(**kwargs: Any) -> None:

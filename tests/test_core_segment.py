@@ -264,3 +264,33 @@ def test_exact_leases_lease_what_the_call_asks_for_and_prefetch_nothing(
     assert gen.status().next_range is None
     assert gen.next() == 5  # outside: the store's step again
     assert store.leases[-1] == (5, 104)
+
+
+def test_drain_returns_once_what_was_queued_before_it_has_run() -> None:
+    """A reset drains the prefetcher: a forgotten generator's queued lease must run before the
+    state it would lease from is made anew (a flush, then the next test's definition)."""
+    p = Prefetcher(name="drain-test")
+    release = threading.Event()
+    ran: list[str] = []
+
+    class Slow:
+        def _prefetch(self) -> None:
+            release.wait(30)
+            ran.append("slow")
+
+    class Queued:
+        def _prefetch(self) -> None:
+            ran.append("queued")
+
+    try:
+        assert p.drain(0.01)  # no thread yet: nothing to wait for
+        p.submit(Slow())
+        p.submit(Queued())
+        assert not p.drain(0.2)  # the slow lease holds the thread: not drained yet
+        assert ran == []
+        release.set()
+        assert p.drain(30)
+        assert ran == ["slow", "queued"]
+    finally:
+        release.set()
+        p.stop()

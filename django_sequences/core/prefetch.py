@@ -67,10 +67,33 @@ class Prefetcher:
             self._queue.put(None)
             t.join(timeout)
 
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait (at most ``timeout`` seconds) until every lease queued before this call has
+        run; False if it has not by then. A reset calls it: a dropped generator's queued
+        prefetch must not lease from a counter row made anew after it (a test's flush and its
+        next definition), or the new generator starts above the values it took. Returns at
+        once on the prefetch thread itself, and when no thread runs."""
+        t = self._thread
+        if t is None or t is threading.current_thread():
+            return True
+        marker = _Marker()
+        self._queue.put(marker)
+        return marker.done.wait(timeout)
+
     def _after_fork_in_child(self) -> None:
         self._queue = queue.SimpleQueue()
         self._thread = None
         self._lock = threading.Lock()
+
+
+class _Marker:
+    """Queued by :meth:`Prefetcher.drain`: reached once everything queued before it ran."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+    def _prefetch(self) -> None:
+        self.done.set()
 
 
 _default: Prefetcher | None = None
