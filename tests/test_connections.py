@@ -273,3 +273,29 @@ def test_a_lock_wait_that_timed_out_is_contention_at_once() -> None:
         close_alias(connection.alias)
     assert len(calls) == 1  # not waited for again
     assert not isinstance(caught.value, BackendUnavailable)
+
+
+@override_settings(DJANGO_SEQUENCES={"LEASE_RETRIES": 5, "LEASE_BACKOFF": 0.001})
+def test_a_nested_call_runs_on_the_outer_connection_and_leaves_its_errors_to_it() -> None:
+    """A store's function that calls another on the same alias: the inner call runs on the
+    outer call's connection (its transaction), and a race it lost runs the outer call again,
+    never the inner one alone (the outer transaction was rolled back with it)."""
+    _servers_only()
+    calls: list[tuple[str, Any]] = []
+
+    def inner(w: Any) -> str:
+        calls.append(("inner", w.connection))
+        if len(calls) < 3:
+            with w.cursor() as c:
+                _lose_a_race(c)
+        return "done"
+
+    def outer(w: Any) -> str:
+        calls.append(("outer", w.connection))
+        return on_private(connection.alias, "k", inner)
+
+    before = lost_races()
+    assert on_private(connection.alias, "k", outer) == "done"
+    assert [who for who, _ in calls] == ["outer", "inner", "outer", "inner"]
+    assert len({id(raw) for _, raw in calls}) == 1
+    assert lost_races() - before == 1

@@ -271,11 +271,17 @@ def on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) ->
     connection is opened again and ``fn`` tried once more (the server may have restarted),
     then :class:`BackendUnavailable` is raised."""
     global _lost_races
+    outer = _holding.__dict__.setdefault("by_alias", {}).get(alias)
+    if outer is not None:  # nested: its errors are the outer call's to handle
+        with outer.use() as w:
+            return fn(w)
     lost = 0
     while True:
         try:
             return _on_a_connection(alias, key, fn)
-        except DatabaseError as exc:  # (only a lost race comes out of it as it is)
+        except DatabaseError as exc:
+            if not lost_race(exc):
+                raise
             lost += 1
             _lost_races += 1
             if lost >= app_settings.LEASE_RETRIES:
@@ -291,10 +297,7 @@ _holding = threading.local()
 
 
 def _on_a_connection(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
-    with held(alias) as (conn, nested):
-        if nested:
-            with conn.use() as w:
-                return fn(w)
+    with held(alias) as (conn, _nested):
         return _run(conn, alias, key, fn)
 
 
