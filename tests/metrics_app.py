@@ -41,7 +41,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
     (prometheus-client's own Django view does the same, in its recent releases only)."""
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    try:
+        return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    except Exception as exc:  # (the test says what it was, and scrapes again)
+        return HttpResponse(f"{type(exc).__name__}: {exc}", status=503)
 
 
 urlpatterns = [

@@ -375,7 +375,13 @@ def test_gunicorn_two_workers_scrape_sums_exactly(tmp_path: Path) -> None:
         deadline = time.monotonic() + 10
         while True:
             status, _, text = call("GET", "/metrics")
-            assert status == 200
+            if status == 503 and time.monotonic() < deadline:
+                # the scrape itself failed (once in CI on a loaded machine, a 500 whose cause
+                # was not kept; the view now answers 503 with it): scrape again, and report
+                # the error if it lasts to the deadline
+                time.sleep(0.05)
+                continue
+            assert status == 200, text
             s = parse(text.decode())
             got = {n: value(s, "django_sequences_values_issued_total", sequence=n) for n in issued}
             for n, want in issued.items():
