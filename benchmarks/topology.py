@@ -167,8 +167,8 @@ class PgPair(_Base):
 
     def __init__(self, ports: tuple[int, int] | None = None, *, sync: bool = False) -> None:
         if ports is None:
-            ports = (*free_ports(2),)  # type: ignore[assignment]
-        assert ports is not None
+            first, second = free_ports(2)
+            ports = (first, second)
         _check_ports(list(ports))
         super().__init__("pgpair")
         self.primary = PgNode(self.root, "primary", ports[0])
@@ -480,8 +480,8 @@ class MariaPair(_Base):
 
     def __init__(self, ports: tuple[int, int, int] | None = None) -> None:
         if ports is None:
-            ports = (*free_ports(3),)  # type: ignore[assignment]
-        assert ports is not None
+            primary, replica, proxy = free_ports(3)
+            ports = (primary, replica, proxy)
         _check_ports(list(ports))
         super().__init__("mariapair")
         self.primary = MariaNode(self.root, "primary", ports[0], 1)

@@ -197,7 +197,7 @@ class AutoIncrementGenerator:
     def _insert(self, index: int, count: int) -> list[int]:
         alias, table = self._tables[index]
         # a connection of the pool: a table whose server stalls holds up only its own inserts
-        with held(alias) as (conn, _nested), conn.use() as w:
+        with held(alias) as conn, conn.use() as w:
             try:
                 if writers.identity_sql(w) is None or not writers.enabled():
                     return _insert_rows(w, table, count)[0]

@@ -297,19 +297,19 @@ _holding = threading.local()
 
 
 def _on_a_connection(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
-    with held(alias) as (conn, _nested):
+    with held(alias) as conn:
         return _run(conn, alias, key, fn)
 
 
 @contextmanager
-def held(alias: str) -> Iterator[tuple[LeaseConnection, bool]]:
-    """A private connection of ``alias`` held by this thread, and whether the thread held it
-    already (an outer call's: the same connection, the same transaction). Else the first one
-    of the pool no thread holds (SQLite: the only one, once free)."""
+def held(alias: str) -> Iterator[LeaseConnection]:
+    """A private connection of ``alias`` held by this thread: the one it holds already (an
+    outer call's: the same connection, the same transaction), else the first one of the pool
+    no thread holds (SQLite: the only one, once free)."""
     by_alias: dict[str, LeaseConnection] = _holding.__dict__.setdefault("by_alias", {})
     outer = by_alias.get(alias)
     if outer is not None:
-        yield outer, True
+        yield outer
         return
     if connections[alias].vendor == "sqlite":
         conn = lease_connection(alias)
@@ -318,7 +318,7 @@ def held(alias: str) -> Iterator[tuple[LeaseConnection, bool]]:
         conn = _free_slot(alias)
     by_alias[alias] = conn
     try:
-        yield conn, False
+        yield conn
     finally:
         del by_alias[alias]
         conn.lock.release()
