@@ -33,7 +33,7 @@ the values (largest - smallest + 1) against the values acknowledged, the guard's
 errors with the server's error number (1213: a certification conflict), beside a reference
 phase with the three processes all on one node.
 
-``--guard off`` runs it with ``DJANGO_SEQUENCES["FAILOVER_GUARD"] = False`` (what the guard of
+``--guard off`` runs it with ``DJANGO_SEQUENCES["WRITER_GUARD"] = False`` (what the guard of
 DESIGN.md I11 prevents; ``--guard both`` runs each scenario both ways). docs/scaling.md has the
 figures.
 """
@@ -134,7 +134,7 @@ class LabelResult:
     #: errors that name a certification conflict: error 1213, "Deadlock" or "certification"
     #: (not 1047 "WSREP has not yet prepared node": a node out of the primary component)
     conflicts: int = 0
-    #: counters the failover guard moved ahead (its warnings naming this strategy's sequence)
+    #: counters the writer guard moved ahead (its warnings naming this strategy's sequence)
     moved_ahead: int = 0
 
     @property
@@ -159,7 +159,7 @@ class ScenarioResult:
     notes: list[str] = field(default_factory=list)
     events: list[tuple[str, float]] = field(default_factory=list)
     seconds: float = 0.0
-    #: counters the failover guard moved ahead (its log warnings, all processes)
+    #: counters the writer guard moved ahead (its log warnings, all processes)
     moved_ahead: int = 0
     #: phase -> label -> what was issued in that phase (scenario f: steady, node down, ...)
     phases: dict[str, dict[str, LabelResult]] = field(default_factory=dict)
@@ -293,7 +293,7 @@ def worker_main(
 
 
 def _write_jumps(out: Path, slot: int, stop: threading.Event | None) -> None:
-    """Write this process's ``jump_count()`` (the failover guard's moves) to ``p<slot>.jumps``,
+    """Write this process's ``jump_count()`` (the writer guard's moves) to ``p<slot>.jumps``,
     every half second until ``stop`` (a process killed because a call hung keeps its last
     count), or once when ``stop`` is None."""
     # (imported here: Django is set up in the issuing process by now, never in the harness's)
@@ -348,7 +348,7 @@ def _count_error(r: LabelResult, parts: list[str]) -> None:
 
 
 def _marks(name: str) -> tuple[str, ...]:
-    """What a failover guard warning about sequence ``name`` contains: its name (counter rows,
+    """What a writer guard warning about sequence ``name`` contains: its name (counter rows,
     worker ids) or its ``autoincrement`` tables' prefix (``dsq_ai_<slug>_<crc>_``)."""
     slug = re.sub(r"[^a-z0-9]+", "_", name.lower())[:30].strip("_")
     return (f"'{name}", f"dsq_ai_{slug}_")
@@ -516,21 +516,20 @@ class Run:
         return cache[li]
 
     def moved_ahead(self) -> int:
-        """Counters the failover guard moved ahead in the issuing processes (its warnings)."""
+        """Counters the writer guard moved ahead in the issuing processes (its warnings)."""
         return sum(
-            p.read_text(errors="replace").count("Failover guard:")
-            for p in self.out.glob("p*.stderr")
+            p.read_text(errors="replace").count("Writer guard:") for p in self.out.glob("p*.stderr")
         )
 
     def moves(self, since: float | None = None, until: float | None = None) -> dict[str, int]:
-        """The failover guard's warnings per strategy (the label whose sequence, or
+        """The writer guard's warnings per strategy (the label whose sequence, or
         ``autoincrement`` table, the warning names; ``?`` for none), logged from ``since`` to
         ``until`` (failover_settings starts each line with its time)."""
         marks = {label: _marks(name_of(label, self.prefix)) for label in self.labels}
         out: dict[str, int] = {}
         for path in self.out.glob("p*.stderr"):
             for line in path.read_text(errors="replace").splitlines():
-                if "Failover guard:" not in line:
+                if "Writer guard:" not in line:
                     continue
                 try:
                     t: float | None = float(line.split(" ", 1)[0])
@@ -568,7 +567,7 @@ class Options:
     lag: float = 2.0
     after: float = 8.0
     keep: bool = False
-    #: merged into DJANGO_SEQUENCES in every process (e.g. to switch the failover guard off)
+    #: merged into DJANGO_SEQUENCES in every process (e.g. to switch the writer guard off)
     sequences_settings: dict[str, Any] = field(default_factory=dict)
     #: scenario f: seconds of issuing with every node up (the steady phase, the reference)
     steady: float = 10.0
@@ -986,7 +985,7 @@ def run_scenario(name: str, opts: Options | None = None) -> ScenarioResult:
             run.stop()
             run.cleanup(False)
     res.seconds = round(time.monotonic() - t0, 1)
-    if (opts or Options()).sequences_settings.get("FAILOVER_GUARD") is False:
+    if (opts or Options()).sequences_settings.get("WRITER_GUARD") is False:
         res.scenario += " (guard off)"
     return res
 
@@ -1022,7 +1021,7 @@ def print_table(results: list[ScenarioResult]) -> None:
             print_phases(res)
     for res in results:
         print(f"\n{res.scenario}: {res.description} ({res.seconds:g} s)")
-        print(f"  - counters the failover guard moved ahead: {res.moved_ahead}")
+        print(f"  - counters the writer guard moved ahead: {res.moved_ahead}")
         for note in res.notes:
             print(f"  - {note}")
         for r in res.labels.values():
@@ -1119,7 +1118,7 @@ def main(argv: list[str] | None = None) -> int:
         "--guard",
         choices=["on", "off", "both"],
         default="on",
-        help="the failover guard (DJANGO_SEQUENCES['FAILOVER_GUARD']): on (the default "
+        help="the writer guard (DJANGO_SEQUENCES['WRITER_GUARD']): on (the default "
         "setting), off (to see what it prevents), or both, one run after the other",
     )
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -1144,7 +1143,7 @@ def main(argv: list[str] | None = None) -> int:
                 lag=args.lag,
                 after=args.after,
                 keep=args.keep,
-                sequences_settings={} if guard else {"FAILOVER_GUARD": False},
+                sequences_settings={} if guard else {"WRITER_GUARD": False},
                 steady=args.steady,
                 pause=args.pause,
             )

@@ -106,7 +106,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timed"}},
     "loggers": {
         "django_sequences": {"handlers": ["console"], "level": "CRITICAL"},
-        # the failover guard's warnings: the harness counts them (Run.moved_ahead)
+        # the writer guard's warnings: the harness counts them (Run.moved_ahead)
         "django_sequences.failover": {
             "handlers": ["console"],
             "level": "WARNING",

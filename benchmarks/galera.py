@@ -483,7 +483,7 @@ class GaleraCluster:
         return time.monotonic() - t0
 
     def identity(self, node: int | GaleraNode) -> str:
-        """What the failover guard reads as the writer on ``node`` (MariaDB: ``@@server_id``),
+        """What the writer guard reads as the writer on ``node`` (MariaDB: ``@@server_id``),
         and the cluster's state UUID and position."""
         return self.sql(
             node,

@@ -239,7 +239,7 @@ class PgPair(_Base):
         self.standby.pg_ctl("-w", "promote")
 
     def identity(self, node: PgNode) -> str:
-        """What the failover guard can read as the writer's identity."""
+        """What the writer guard can read as the writer's identity."""
         # pg_control_checkpoint()'s timeline_id stays the old one until the first checkpoint
         # after promotion: the current WAL file's name carries the timeline at once
         return node.psql(

@@ -14,6 +14,7 @@ from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string
 
 from .conf import (
+    RENAMED,
     SEQUENCE_KEYS,
     SETTING,
     Problem,
@@ -72,6 +73,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return [
         Error(p.msg, hint=p.hint, id=p.id, obj=SETTING)
         for p in problems(raw, set(settings.DATABASES))
+    ]
+
+
+@register()
+@_never_crash
+def check_renamed_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``django_sequences.W050``: a setting given under its old name (it still works)."""
+    raw = getattr(settings, SETTING, {})
+    if not isinstance(raw, dict):
+        return []
+    return [
+        CheckWarning(
+            f"{SETTING}[{old!r}] is the old name of {SETTING}[{new!r}]; it still works.",
+            hint=f"Rename the key to {new!r} (docs/settings.md).",
+            id="django_sequences.W050",
+            obj=SETTING,
+        )
+        for old, new in RENAMED.items()
+        if old in raw and new not in raw
     ]
 
 

@@ -50,23 +50,23 @@ DEFAULTS: dict[str, Any] = {
     # Largest count one request of the JSON HTTP API may ask for (docs/http.md); MAX_BATCH
     # still caps it.
     "HTTP_MAX_COUNT": 10_000,
-    # Optimistic-lock attempts per lease before LeaseContention, and the first back-off (s);
+    # Optimistic-lock attempts per lease before WriteContention, and the first back-off (s);
     # each retry sleeps a random time up to twice the previous bound.
-    "LEASE_RETRIES": 20,
-    "LEASE_BACKOFF": 0.002,
+    "WRITE_RETRIES": 20,
+    "WRITE_BACKOFF": 0.002,
     # Longest a caller waits for a lease in flight before BackendUnavailable (s).
     "LEASE_WAIT_TIMEOUT": 30.0,
-    # The failover guard (invariant I11, docs/scaling.md): a counter found last moved by
+    # The writer guard (invariant I11, docs/scaling.md): a counter found last moved by
     # another server (a promoted replica) moves ahead before issuing, by its pace (most values
-    # leased in one second) times FAILOVER_MARGIN_SECONDS + 1: the replication lag covered.
-    "FAILOVER_GUARD": True,
-    "FAILOVER_MARGIN_SECONDS": 30.0,
+    # leased in one second) times WRITER_GUARD_MARGIN_SECONDS + 1: the replication lag covered.
+    "WRITER_GUARD": True,
+    "WRITER_GUARD_MARGIN_SECONDS": 30.0,
     # django-redis cache alias (a key of CACHES) that the redis strategies use, unless a
     # sequence's options["redis_alias"] names another.
     "REDIS_ALIAS": "default",
     # Worker-id leases (snowflake, timestamp): how long one lasts without renewal, and how often
     # the heartbeat thread renews it (s). The heartbeat must come well inside the TTL.
-    "WORKER_LEASE_TTL": 30.0,
+    "WORKER_CLAIM_TTL": 30.0,
     "WORKER_HEARTBEAT": 10.0,
     # Declared sequences: {"order": {"step": 1000, "min_value": 1, ...}}. Used by AUTO_CREATE
     # and by provisioning.
@@ -114,6 +114,27 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_RATE_CACHE": "default",
 }
 
+#: Settings that have a new name (one word for one thing: docs/concepts.md, "Glossary"). The old
+#: name still works; check W050 asks for the new one, and giving both is error E019.
+RENAMED = {
+    "FAILOVER_GUARD": "WRITER_GUARD",
+    "FAILOVER_MARGIN_SECONDS": "WRITER_GUARD_MARGIN_SECONDS",
+    "LEASE_RETRIES": "WRITE_RETRIES",
+    "LEASE_BACKOFF": "WRITE_BACKOFF",
+    "WORKER_LEASE_TTL": "WORKER_CLAIM_TTL",
+}
+
+
+def under_new_names(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with each renamed setting under its new name (where both are given, the new one
+    wins; :func:`problems` reports E019 for it)."""
+    out = dict(raw)
+    for old, new in RENAMED.items():
+        if old in out:
+            out.setdefault(new, out.pop(old))
+    return out
+
+
 #: The fields of a definition, in the order ``Sequence.objects.spec`` reads them.
 SEQUENCE_FIELDS = (
     "strategy",
@@ -158,20 +179,28 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
         ]
     out: list[Problem] = []
     for key in raw:
-        if key not in DEFAULTS:
+        if key in RENAMED and RENAMED[key] in raw:
+            out.append(
+                Problem(
+                    "django_sequences.E019",
+                    f"{SETTING} has both {key!r} and its new name {RENAMED[key]!r}.",
+                    f"Keep {RENAMED[key]!r} only.",
+                )
+            )
+        elif key not in DEFAULTS and key not in RENAMED:
             close = difflib.get_close_matches(str(key), DEFAULTS, n=1)
             hint = f"Did you mean {close[0]!r}?" if close else f"Known keys: {', '.join(DEFAULTS)}."
             out.append(
                 Problem("django_sequences.E002", f"{SETTING} has unknown key {key!r}.", hint)
             )
-    s = {**DEFAULTS, **raw}
-    for key in ("AUTO_CREATE", "FAILOVER_GUARD", "METRICS"):
+    s = {**DEFAULTS, **under_new_names(raw)}
+    for key in ("AUTO_CREATE", "WRITER_GUARD", "METRICS"):
         if not isinstance(s[key], bool):
             out.append(_type(key, "True or False", s))
-    m = s["FAILOVER_MARGIN_SECONDS"]
+    m = s["WRITER_GUARD_MARGIN_SECONDS"]
     if not _num(m) or not 0 <= m <= 86400:
-        out.append(_type("FAILOVER_MARGIN_SECONDS", "a number of seconds from 0 to 86400", s))
-    for key in ("DEFAULT_STEP", "MAX_BATCH", "LEASE_RETRIES", "HTTP_MAX_COUNT"):
+        out.append(_type("WRITER_GUARD_MARGIN_SECONDS", "a number of seconds from 0 to 86400", s))
+    for key in ("DEFAULT_STEP", "MAX_BATCH", "WRITE_RETRIES", "HTTP_MAX_COUNT"):
         if not _pos_int(s[key]):
             out.append(_type(key, "an int of at least 1", s))
     if not _pos_int(s["DEFAULT_MAX_STEP"]) or (
@@ -187,13 +216,13 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
     r = s["RESERVATION_TTL"]
     if not _num(r) or not 0 < r <= 365 * 86400:
         out.append(_type("RESERVATION_TTL", "a number of seconds above 0, at most a year", s))
-    for key in ("LEASE_BACKOFF", "LEASE_WAIT_TIMEOUT"):
+    for key in ("WRITE_BACKOFF", "LEASE_WAIT_TIMEOUT"):
         if not _num(s[key]) or s[key] < 0:
             out.append(_type(key, "a number of seconds >= 0", s))
     if not isinstance(s["REDIS_ALIAS"], str) or not s["REDIS_ALIAS"]:
         out.append(_type("REDIS_ALIAS", "a key of CACHES (a str)", s))
-    ttl, beat = s["WORKER_LEASE_TTL"], s["WORKER_HEARTBEAT"]
-    for key in ("WORKER_LEASE_TTL", "WORKER_HEARTBEAT"):
+    ttl, beat = s["WORKER_CLAIM_TTL"], s["WORKER_HEARTBEAT"]
+    for key in ("WORKER_CLAIM_TTL", "WORKER_HEARTBEAT"):
         if not _num(s[key]) or s[key] <= 0:
             out.append(_type(key, "a number of seconds > 0", s))
     if _num(ttl) and _num(beat) and ttl > 0 and beat > 0 and beat * 2 > ttl:
@@ -201,7 +230,7 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
             Problem(
                 "django_sequences.E007",
                 f"{SETTING}['WORKER_HEARTBEAT'] ({beat:g} s) must be at most half of "
-                f"WORKER_LEASE_TTL ({ttl:g} s), or one late heartbeat loses the worker id.",
+                f"WORKER_CLAIM_TTL ({ttl:g} s), or one late heartbeat loses the worker id.",
                 "The defaults are 10 s and 30 s.",
             )
         )
@@ -414,7 +443,8 @@ class AppSettings:
         if found:
             p = found[0]
             raise ConfigurationError(f"{p.msg} {p.hint} ({p.id})")
-        return {**DEFAULTS, **cast(dict[str, Any], raw)}  # a dict: problems() found no E001
+        # a dict: problems() found no E001
+        return {**DEFAULTS, **under_new_names(cast(dict[str, Any], raw))}
 
     def as_dict(self) -> dict[str, Any]:
         cache = self._cache

@@ -66,7 +66,7 @@ class SequenceExhausted(SequenceError):
         )
 
 
-class LeaseContention(SequenceError):
+class WriteContention(SequenceError):
     """A write of the store lost to concurrent writers every one of its bounded retries: the
     optimistic-lock update of a counter row, or (``detail`` set) a statement the database
     rolled back for a concurrent one: a deadlock, a serialization failure, a certification
@@ -81,16 +81,21 @@ class LeaseContention(SequenceError):
             super().__init__(
                 f"Could not lease a range of {key!r}: the row changed under us {attempts} "
                 f"times in a row. Raise the sequence's step so leases are rarer, or raise "
-                f'DJANGO_SEQUENCES["LEASE_RETRIES"].'
+                f'DJANGO_SEQUENCES["WRITE_RETRIES"].'
             )
             return
         super().__init__(
             f"Could not write {key!r}: the database rolled it back for a concurrent writer "
             f"{attempts} time(s) in a row ({detail}). Nothing was issued; try again. Where "
             f"this is frequent, raise the sequence's step so leases are rarer, or raise "
-            f'DJANGO_SEQUENCES["LEASE_RETRIES"]; on a multi-primary cluster (Galera), send '
+            f'DJANGO_SEQUENCES["WRITE_RETRIES"]; on a multi-primary cluster (Galera), send '
             f"one sequence's writes to one node (docs: Scaling, Galera)."
         )
+
+
+#: The old name of :class:`WriteContention` (it was raised only by leases once); kept so that
+#: ``except LeaseContention`` goes on catching it.
+LeaseContention = WriteContention
 
 
 class SerializationConflict(SequenceError):
@@ -131,8 +136,13 @@ class RateLimited(SequenceError):
     """A hard per-period limit was reached (e.g. numbers per second)."""
 
 
-class WorkerLeaseLost(BackendUnavailable):
-    """This process holds no live worker-id lease, so it may not issue snowflake ids."""
+class WorkerClaimLost(BackendUnavailable):
+    """This process holds no live worker-id claim, so it may not issue snowflake ids."""
+
+
+#: The old name of :class:`WorkerClaimLost`; kept so that ``except WorkerLeaseLost`` goes on
+#: catching it.
+WorkerLeaseLost = WorkerClaimLost
 
 
 class InvalidName(SequenceError, ValueError):
@@ -260,7 +270,6 @@ __all__ = [
     "InvalidReservation",
     "InvalidToken",
     "IssueRejected",
-    "LeaseContention",
     "RateLimited",
     "ReservationError",
     "ReservationExpired",
@@ -270,5 +279,6 @@ __all__ = [
     "SequenceExhausted",
     "SequenceNotFound",
     "TemplateError",
-    "WorkerLeaseLost",
+    "WorkerClaimLost",
+    "WriteContention",
 ]

@@ -269,8 +269,8 @@ class SegmentManager(models.Manager[Any]):
         ``count`` defaults to the row's ``step``; near ``max_value`` the range is shorter. The
         read and the optimistic-lock ``UPDATE … WHERE key = %s AND version = %s`` run on the
         private connection and commit at once, whatever transaction the caller is in. A lost
-        race retries after a jittered back-off, ``LEASE_RETRIES`` times in all, then raises
-        :class:`LeaseContention`. Past ``max_value`` the row wraps to ``min_value`` if its
+        race retries after a jittered back-off, ``WRITE_RETRIES`` times in all, then raises
+        :class:`WriteContention`. Past ``max_value`` the row wraps to ``min_value`` if its
         sequence cycles, else :class:`SequenceExhausted` is raised and nothing is written.
         A missing row is created from the definition named ``sequence`` (default: ``key``).
         """

@@ -271,13 +271,13 @@ class Segment(_Bounds):
     key = ExactCharField(_("key"), max_length=MAX_KEY_LENGTH, unique=True)
     value = models.BigIntegerField(_("last leased value"))
     version = models.BigIntegerField(_("version"), default=0)
-    # The failover guard (invariant I11, sources/writers.py)
+    # The writer guard (invariant I11, sources/writers.py)
     writer = models.CharField(
         _("writer"),
         max_length=WRITER_LENGTH,
         blank=True,
         default="",
-        help_text=_("The database server that last leased from this row (failover guard)."),
+        help_text=_("The database server that last leased from this row (writer guard)."),
     )
     pace = models.BigIntegerField(
         _("pace"), default=0, help_text=_("Most values leased within one second.")
@@ -538,7 +538,7 @@ class WorkerLease(models.Model):
         max_length=WRITER_LENGTH,
         blank=True,
         default="",
-        help_text=_("The database server that last wrote this lease (failover guard)."),
+        help_text=_("The database server that last wrote this lease (writer guard)."),
     )
 
     objects = WorkerLeaseManager()
@@ -559,7 +559,7 @@ class WorkerLease(models.Model):
 
 class CounterWriter(models.Model):
     """Who last moved a counter that cannot record it itself (an ``autoincrement`` table), and
-    its pace: the failover guard's record (invariant I11, ``sources/writers.py``)."""
+    its pace: the writer guard's record (invariant I11, ``sources/writers.py``)."""
 
     key = ExactCharField(_("key"), max_length=MAX_KEY_LENGTH, unique=True)
     writer = models.CharField(_("writer"), max_length=WRITER_LENGTH, blank=True, default="")

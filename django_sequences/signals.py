@@ -11,7 +11,7 @@ number_issued = Signal()
 ``numbers`` (list of str), ``values`` (the sequence values behind them) and ``using``."""
 
 counter_moved_ahead = Signal()
-"""Sent when the failover guard moved a counter ahead because another server answers than the
+"""Sent when the writer guard moved a counter ahead because another server answers than the
 one that last moved it (invariant I11): ``sender`` names the store (``"database 'default'"``,
 ``"redis 'default'"``), keyword argument ``jump`` is a
 :class:`django_sequences.sources.writers.Jump` (key, old and new writer, before, after)."""

@@ -12,7 +12,7 @@ from django.db import connection
 from hypothesis import HealthCheck, settings
 
 from django_sequences import registry
-from django_sequences.sources import connections as lease_connections
+from django_sequences.sources import connections as private_connections
 
 from .private_servers import PrivateRedis, redis_alias, running
 
@@ -148,7 +148,7 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
     """pytest-django's, plus: close the private lease connections before the test database is
     dropped (PostgreSQL refuses to drop a database with sessions open)."""
     yield
-    lease_connections.close_all()
+    private_connections.close_all()
 
 
 @pytest.fixture
@@ -200,8 +200,8 @@ def no_private_statements(alias: str) -> Iterator[None]:
     """No thread of this process runs a statement on a private connection of ``alias`` while
     this holds (every connection of the pool held)."""
     with contextlib.ExitStack() as stack:
-        for slot in range(lease_connections.POOL_SIZE):
-            stack.enter_context(lease_connections.lease_connection(alias, slot).lock)
+        for slot in range(private_connections.POOL_SIZE):
+            stack.enter_context(private_connections.private_connection(alias, slot).lock)
         yield
 
 

@@ -69,7 +69,7 @@ def build(name: str, clock: FakeClock | None = None, *, heartbeat: bool = False)
 
 
 def lease_settings(ttl: float, heartbeat: float) -> dict[str, Any]:
-    return {**settings.DJANGO_SEQUENCES, "WORKER_LEASE_TTL": ttl, "WORKER_HEARTBEAT": heartbeat}
+    return {**settings.DJANGO_SEQUENCES, "WORKER_CLAIM_TTL": ttl, "WORKER_HEARTBEAT": heartbeat}
 
 
 @contextmanager

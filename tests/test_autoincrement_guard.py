@@ -1,6 +1,6 @@
-"""The failover guard of the autoincrement strategy (invariant I11): a table last inserted into
+"""The writer guard of the autoincrement strategy (invariant I11): a table last inserted into
 by another database server (a promoted replica that missed the last inserts) moves its counter
-ahead by its pace times FAILOVER_MARGIN_SECONDS + 1 (at least MARGIN_FLOOR ids) before any id
+ahead by its pace times WRITER_GUARD_MARGIN_SECONDS + 1 (at least MARGIN_FLOOR ids) before any id
 is issued, and ids inserted before the check are never returned.
 
 A failover is simulated on the one test server: the table's CounterWriter row names another
@@ -187,11 +187,11 @@ def test_a_failover_moves_the_counter_ahead_and_discards_the_insert(
     assert (jump.store, jump.key, jump.old_writer) == ("database 'default'", key, OTHER)
     assert (jump.new_writer, jump.before, jump.after) == (current(), 7, 7 + margin)
     assert writers.jumps()[-1] == jump
-    assert "Failover guard" in caplog.text and OTHER in caplog.text
+    assert "Writer guard" in caplog.text and OTHER in caplog.text
     assert row().writer == current()
 
 
-@override_settings(DJANGO_SEQUENCES={"FAILOVER_GUARD": False})
+@override_settings(DJANGO_SEQUENCES={"WRITER_GUARD": False})
 def test_without_the_guard_the_lost_ids_are_issued_again(guarded: str) -> None:
     """What the guard prevents (and the proof that the test above can fail)."""
     define()
@@ -260,7 +260,7 @@ def test_threads_through_a_failover_issue_no_value_twice(guarded: str, guard: bo
     """8 threads issue from 4 tables while every table fails over to a replica that missed the
     last half of its ids: every value is counted and, with the guard, none comes twice
     (without it, the lost ids come out again: the test can fail)."""
-    with override_settings(DJANGO_SEQUENCES={"FAILOVER_GUARD": guard}):
+    with override_settings(DJANGO_SEQUENCES={"WRITER_GUARD": guard}):
         define(bits=2)
         results: list[list[int]] = [[] for _ in range(8)]
         before = writers.jump_count()
@@ -314,7 +314,7 @@ def test_a_database_without_the_writer_table_is_refused(guarded: str) -> None:
     try:
         with pytest.raises(ConfigurationError, match="migrate django_sequences --database default"):
             create_tables(spec, "default")
-        with override_settings(DJANGO_SEQUENCES={"FAILOVER_GUARD": False}):
+        with override_settings(DJANGO_SEQUENCES={"WRITER_GUARD": False}):
             assert create_tables(spec, "default") == [f"default.{table_name('wb', 0)}"]
     finally:
         with connection.cursor() as c:

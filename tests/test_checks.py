@@ -12,7 +12,8 @@ from django.test import override_settings
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from django_sequences.checks import check_settings
+from django_sequences.checks import check_renamed_settings, check_settings
+from django_sequences.conf import RENAMED, app_settings
 
 # Django 6.1's model checks (JSONField's, run by `check` and run_checks) ask the database
 # which features it supports, so the checks need database access as they do in a project.
@@ -39,11 +40,11 @@ def test_defaults_pass() -> None:
         ({"DEFAULT_STEP": 5000, "DEFAULT_MAX_STEP": 4999}, ["django_sequences.E003"]),
         ({"DEFAULT_STEP": 0, "SEQUENCES": {"x": {}}}, ["django_sequences.E003"]),
         ({"MAX_BATCH": "10"}, ["django_sequences.E003"]),
-        ({"LEASE_RETRIES": 0}, ["django_sequences.E003"]),
-        ({"LEASE_BACKOFF": -1}, ["django_sequences.E003"]),
+        ({"WRITE_RETRIES": 0}, ["django_sequences.E003"]),
+        ({"WRITE_BACKOFF": -1}, ["django_sequences.E003"]),
         ({"LEASE_WAIT_TIMEOUT": None}, ["django_sequences.E003"]),
         ({"REDIS_ALIAS": ""}, ["django_sequences.E003"]),
-        ({"WORKER_LEASE_TTL": 0}, ["django_sequences.E003"]),
+        ({"WORKER_CLAIM_TTL": 0}, ["django_sequences.E003"]),
         ({"WORKER_HEARTBEAT": 20}, ["django_sequences.E007"]),
         ({"PREFETCH_THRESHOLD": 0}, ["django_sequences.E004"]),
         ({"PREFETCH_THRESHOLD": 1.0}, ["django_sequences.E004"]),
@@ -59,6 +60,25 @@ def test_defaults_pass() -> None:
 )
 def test_each_problem_has_its_id(setting: Any, expected: list[str]) -> None:
     assert ids(setting) == expected
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(RENAMED.items()))
+def test_a_setting_under_its_old_name_still_works_and_warns(old: str, new: str) -> None:
+    value = {
+        "WRITER_GUARD": False,
+        "WRITER_GUARD_MARGIN_SECONDS": 7.5,
+        "WORKER_CLAIM_TTL": 60.0,
+    }.get(new, 3)
+    with override_settings(DJANGO_SEQUENCES={old: value}):
+        assert getattr(app_settings, new) == value
+        assert check_settings() == []  # type: ignore[misc]
+        (msg,) = check_renamed_settings()  # type: ignore[misc]
+    assert msg.id == "django_sequences.W050"
+    assert repr(new) in msg.hint
+    # a bad value under the old name is refused as it would be under the new one
+    assert ids({old: "x"}) == ["django_sequences.E003"]
+    # both names: the new one wins, and the check asks to drop the old one
+    assert ids({old: value, new: value}) == ["django_sequences.E019"]
 
 
 def test_unknown_key_suggests_the_close_one() -> None:

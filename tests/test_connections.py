@@ -11,14 +11,14 @@ import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 
-from django_sequences.exceptions import BackendUnavailable, LeaseContention
+from django_sequences.exceptions import BackendUnavailable, WriteContention
 from django_sequences.models import Segment, Sequence
 from django_sequences.sources.connections import (
     POOL_SIZE,
     close_alias,
-    lease_connection,
     lost_races,
     on_private,
+    private_connection,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,11 +27,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_leases_reuse_one_connection() -> None:
     Sequence.objects.define("s", step=10)
     Segment.objects.lease("s")
-    with lease_connection(connection.alias).use() as w:
+    with private_connection(connection.alias).use() as w:
         first = w.connection
     for _ in range(5):
         Segment.objects.lease("s")
-    with lease_connection(connection.alias).use() as w:
+    with private_connection(connection.alias).use() as w:
         assert w.connection is first
 
 
@@ -40,7 +40,7 @@ def test_a_dropped_connection_is_reopened_and_the_lease_goes_on() -> None:
         pytest.skip("SQLite has no server to drop the connection")
     Sequence.objects.define("s", step=10)
     assert Segment.objects.lease("s") == (1, 10)
-    with lease_connection(connection.alias).use() as w:
+    with private_connection(connection.alias).use() as w:
         old = w.connection
         with w.cursor() as c:
             if connection.vendor == "postgresql":
@@ -55,7 +55,7 @@ def test_a_dropped_connection_is_reopened_and_the_lease_goes_on() -> None:
         else:
             c.execute(f"KILL {int(pid)}")
     assert Segment.objects.lease("s") == (11, 20)
-    with lease_connection(connection.alias).use() as w:
+    with private_connection(connection.alias).use() as w:
         assert w.connection is not old
 
 
@@ -66,7 +66,7 @@ def test_fork_waits_until_no_thread_is_inside_a_lease_statement() -> None:
     every lease connection's lock first; here a thread holds one (as a lease does for its
     statements) and marks, just before it lets go, that it is about to: the child must see
     the mark."""
-    conn = lease_connection(connection.alias)
+    conn = private_connection(connection.alias)
     held = threading.Event()
     state = {"letting_go": False}
 
@@ -98,7 +98,7 @@ def test_on_private_gives_a_thread_a_free_connection_while_another_holds_one() -
     alias = connection.alias
     if connection.vendor == "sqlite":
         # one writer at a time whatever the connection: the lease connection, always
-        with lease_connection(alias).use() as first:
+        with private_connection(alias).use() as first:
             assert on_private(alias, "k", lambda w: w) is first
         return
     holding = threading.Event()
@@ -174,7 +174,7 @@ def _wait_until_it_holds_a_connection(thread: threading.Thread, alias: str) -> N
     """Until ``thread`` (the slow lease) holds one of the alias's private connections, then a
     moment more for its statement to reach the server (not a timing that is asserted: the test
     holds either way, as the row stays locked until it lets go)."""
-    conns = [lease_connection(alias, slot) for slot in range(POOL_SIZE)]
+    conns = [private_connection(alias, slot) for slot in range(POOL_SIZE)]
     for _ in range(1200):
         if not thread.is_alive() or any(_held_elsewhere(c) for c in conns):
             break
@@ -205,7 +205,7 @@ def _lose_a_race(c: Any) -> None:
         )
 
 
-@override_settings(DJANGO_SEQUENCES={"LEASE_RETRIES": 5, "LEASE_BACKOFF": 0.001})
+@override_settings(DJANGO_SEQUENCES={"WRITE_RETRIES": 5, "WRITE_BACKOFF": 0.001})
 def test_a_statement_that_lost_to_a_concurrent_writer_runs_again_on_the_same_connection() -> None:
     _servers_only()
     calls: list[Any] = []
@@ -223,7 +223,7 @@ def test_a_statement_that_lost_to_a_concurrent_writer_runs_again_on_the_same_con
     assert len(calls) == 3 and calls[0] is calls[1] is calls[2]  # never reconnected
 
 
-@override_settings(DJANGO_SEQUENCES={"LEASE_RETRIES": 3, "LEASE_BACKOFF": 0.001})
+@override_settings(DJANGO_SEQUENCES={"WRITE_RETRIES": 3, "WRITE_BACKOFF": 0.001})
 def test_losing_every_try_is_contention_not_an_outage() -> None:
     _servers_only()
     calls: list[int] = []
@@ -233,7 +233,7 @@ def test_losing_every_try_is_contention_not_an_outage() -> None:
         with w.cursor() as c:
             _lose_a_race(c)
 
-    with pytest.raises(LeaseContention) as caught:
+    with pytest.raises(WriteContention) as caught:
         on_private(connection.alias, "k", fn)
     assert not isinstance(caught.value, BackendUnavailable)
     assert len(calls) == 3 and caught.value.attempts == 3
@@ -267,7 +267,7 @@ def test_a_lock_wait_that_timed_out_is_contention_at_once() -> None:
     try:
         with transaction.atomic():
             list(Segment.objects.select_for_update().filter(key="held"))
-            with pytest.raises(LeaseContention) as caught:
+            with pytest.raises(WriteContention) as caught:
                 on_private(connection.alias, "held", fn)
     finally:
         close_alias(connection.alias)
@@ -275,7 +275,7 @@ def test_a_lock_wait_that_timed_out_is_contention_at_once() -> None:
     assert not isinstance(caught.value, BackendUnavailable)
 
 
-@override_settings(DJANGO_SEQUENCES={"LEASE_RETRIES": 5, "LEASE_BACKOFF": 0.001})
+@override_settings(DJANGO_SEQUENCES={"WRITE_RETRIES": 5, "WRITE_BACKOFF": 0.001})
 def test_a_nested_call_runs_on_the_outer_connection_and_leaves_its_errors_to_it() -> None:
     """A store's function that calls another on the same alias: the inner call runs on the
     outer call's connection (its transaction), and a race it lost runs the outer call again,

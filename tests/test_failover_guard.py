@@ -1,6 +1,6 @@
-"""The failover guard on counter rows (invariant I11): a row last leased by another database
+"""The writer guard on counter rows (invariant I11): a row last leased by another database
 server (a promoted replica that missed the last leases) moves ahead by its pace times
-FAILOVER_MARGIN_SECONDS + 1 before anything is leased from it.
+WRITER_GUARD_MARGIN_SECONDS + 1 before anything is leased from it.
 
 A failover is simulated on the one test server: the row's ``writer`` is set to an identity that
 is not this server's and its ``value`` set back, which is what a promoted replica that had not
@@ -110,12 +110,12 @@ def test_segment_row_moves_ahead_on_a_new_writer(
     assert (jump.key, jump.old_writer, jump.before, jump.after) == ("inv", OTHER, 10, 10 + margin)
     assert jump.new_writer == _current()
     assert writers.jumps()[-1] == jump
-    assert "Failover guard" in caplog.text and OTHER in caplog.text
+    assert "Writer guard" in caplog.text and OTHER in caplog.text
     # once moved, the row belongs to this writer: the next lease follows on
     assert Segment.objects.lease("inv") == (last + 1, last + 10)
 
 
-@override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_GUARD": False})
+@override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "WRITER_GUARD": False})
 def test_without_the_guard_the_lost_values_come_out_again(guarded: str) -> None:
     """What the guard prevents (and the proof the test above can fail)."""
     Sequence.objects.define("inv", step=10)
@@ -128,7 +128,7 @@ def test_without_the_guard_the_lost_values_come_out_again(guarded: str) -> None:
     assert Segment.objects.get(key="inv").writer == _current()  # recorded all the same
 
 
-@override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_MARGIN_SECONDS": 0})
+@override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "WRITER_GUARD_MARGIN_SECONDS": 0})
 def test_the_margin_is_at_least_one_step(guarded: str) -> None:
     Sequence.objects.define("inv", step=10)
     Segment.objects.lease("inv")
@@ -235,15 +235,15 @@ def test_sqlite_has_no_guard(vendor: str) -> None:
 @pytest.mark.parametrize("value", [-1, "30", float("nan"), 86401, True])
 def test_bad_margin_setting_is_a_check_error(value: object) -> None:
     with override_settings(
-        DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_MARGIN_SECONDS": value}
+        DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "WRITER_GUARD_MARGIN_SECONDS": value}
     ):
-        found = [m for m in run_checks() if "FAILOVER_MARGIN_SECONDS" in m.msg]
+        found = [m for m in run_checks() if "WRITER_GUARD_MARGIN_SECONDS" in m.msg]
     assert found and found[0].id == "django_sequences.E003"
 
 
 def test_bad_guard_setting_is_a_check_error() -> None:
-    with override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_GUARD": "yes"}):
-        found = [m for m in run_checks() if "FAILOVER_GUARD" in m.msg]
+    with override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "WRITER_GUARD": "yes"}):
+        found = [m for m in run_checks() if "WRITER_GUARD" in m.msg]
     assert found and "True or False" in found[0].msg
 
 
@@ -314,7 +314,7 @@ def test_timestamp_redis_counter_without_the_guard_repeats_numbers(ts_name: str)
     g = build(ts_name, clock)
     issued = [g.next() for _ in range(3)]
     _promote_replica(ts_name, int(clock.t), 1)
-    with override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_GUARD": False}):
+    with override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "WRITER_GUARD": False}):
         again = g.next()
     assert again == issued[1]  # what the guard prevents
 

@@ -8,7 +8,7 @@ to lag, the primary is killed with SIGKILL and the replica promoted; every ackno
 value is counted (Jepsen's unique-ids check).
 
 With the library's defaults: no value twice, only ``BackendUnavailable`` while no primary
-answered, and issuing resumed after the promotion. With ``FAILOVER_GUARD`` off the
+answered, and issuing resumed after the promotion. With ``WRITER_GUARD`` off the
 asynchronous scenarios issue values twice: the proof that these tests can fail.
 
 Marked ``failover``: tox runs them once (tox.ini), each scenario about 15 s.
@@ -39,7 +39,7 @@ NEEDS = {
 
 
 def _run(name: str, *, guard: bool = True) -> failover.ScenarioResult:
-    settings = {} if guard else {"FAILOVER_GUARD": False}
+    settings = {} if guard else {"WRITER_GUARD": False}
     for need in NEEDS[name]:
         found = os.path.exists(need) if need.startswith("/") else shutil.which(need)
         assert found, f"{need} is not installed: scripts/services installs the servers"

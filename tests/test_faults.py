@@ -20,7 +20,7 @@ from pytest_django import DjangoDbBlocker
 import django_sequences
 from django_sequences import next_value
 from django_sequences.models import Sequence
-from django_sequences.sources import connections as lease_connections
+from django_sequences.sources import connections as private_connections
 
 from . import workers
 from .private_servers import PrivateDatabase, database_alias, private_database
@@ -142,6 +142,6 @@ def test_database_stopped_and_started_mid_run(
     waits = sum(p.read_text().split().count("-") for p in paths)
     assert waits > 0, "no worker noticed the database was down"
     connections[PRIVATE].close()  # the old session died with the server
-    lease_connections.close_alias(PRIVATE)
+    private_connections.close_alias(PRIVATE)
     django_sequences.registry.reset()
     assert next_value("order", using=PRIVATE) > max(every)

@@ -4,7 +4,7 @@ benchmarks/failover.py (scenario ``f``; the cluster is benchmarks/galera.py's).
 Three nodes on private loopback ports (free ones, never the shared servers'), run as user
 ``mysql`` and stopped by pid. One issuing process per node, its ``default`` alias on that node,
 2 threads per strategy: segment (step 50), strict, autoincrement (4 tables) and snowflake, with
-the library's defaults (the failover guard on). First a reference with the three processes all
+the library's defaults (the writer guard on). First a reference with the three processes all
 on node 1; then steady issuing on every node, node 3 killed -9 and restarted (it rejoins by
 IST), node 2 paused (SIGSTOP) 8 s and resumed.
 

@@ -33,10 +33,10 @@ from django_sequences.exceptions import (
     InvalidCount,
     InvalidDefinition,
     IssueRejected,
-    LeaseContention,
     RateLimited,
     SequenceExhausted,
-    WorkerLeaseLost,
+    WorkerClaimLost,
+    WriteContention,
 )
 from django_sequences.models import ApiToken, Sequence
 from django_sequences.tokens import TOKEN_OPERATIONS
@@ -414,7 +414,7 @@ def test_409_for_a_batch_larger_than_what_is_left_says_how_many_are_left(api: Cl
     [
         (RateLimited, 429, "rate_limited"),
         (BackendUnavailable, 503, "unavailable"),
-        (WorkerLeaseLost, 503, "unavailable"),
+        (WorkerClaimLost, 503, "unavailable"),
         (IssueRejected, 403, "rejected"),
     ],
 )
@@ -1016,7 +1016,7 @@ def test_regression_messages_gave_python_advice(api: Client) -> None:
 @pytest.mark.parametrize(
     ("error", "status", "says"),
     [
-        (LeaseContention("order", 5), 503, "Retry"),
+        (WriteContention("order", 5), 503, "Retry"),
         (ClockMovedBackwards("order", 1500.0, 1000.0), 503, "1500 ms"),
         (SequenceExhausted("order", 99), 409, "exhausted at 99"),
         (ConfigurationError("DJANGO_SEQUENCES['X'] must be an int"), 500, "misconfigured"),
@@ -1032,7 +1032,7 @@ def test_regression_messages_gave_python_advice(api: Client) -> None:
 def test_regression_library_errors_gave_python_advice(
     gate: None, api: Client, error: Exception, status: int, says: str
 ) -> None:
-    """Messages speak to HTTP clients: the text of LeaseContention, ClockMovedBackwards,
+    """Messages speak to HTTP clients: the text of WriteContention, ClockMovedBackwards,
     SequenceExhausted, ConfigurationError and a broken definition named settings and options a
     client cannot change."""
     Sequence.objects.define("order", step=1000)

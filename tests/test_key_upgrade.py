@@ -21,7 +21,7 @@ from django.test import override_settings
 from django_sequences import explain, next_numbers, registry
 from django_sequences.checks import check_legacy_keys
 from django_sequences.models import Sequence
-from django_sequences.sources import connections as lease_connections
+from django_sequences.sources import connections as private_connections
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,7 +40,7 @@ def migrate(target: list[tuple[str, str]]) -> Any:
     """Migrate the test database to ``target``; the app registry of that state."""
     executor = MigrationExecutor(connection)
     executor.migrate(target)
-    lease_connections.close_all()  # the private connections start over on the new schema
+    private_connections.close_all()  # the private connections start over on the new schema
     executor.loader.build_graph()
     return executor.loader.project_state(target).apps
 

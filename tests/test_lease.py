@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from django_sequences.exceptions import (
     InvalidCount,
     InvalidName,
-    LeaseContention,
     SequenceExhausted,
     SequenceNotFound,
+    WriteContention,
 )
 from django_sequences.models import Segment, Sequence
 from django_sequences.sources.rows import plan
@@ -155,13 +155,13 @@ def update_always_loses() -> Iterator[None]:
             c.execute("DROP FUNCTION lose()")
 
 
-@override_settings(DJANGO_SEQUENCES={"LEASE_RETRIES": 4, "LEASE_BACKOFF": 0.001})
+@override_settings(DJANGO_SEQUENCES={"WRITE_RETRIES": 4, "WRITE_BACKOFF": 0.001})
 def test_lost_races_end_in_lease_contention(update_always_loses: None) -> None:
     Sequence.objects.define("s", step=10)
-    with pytest.raises(LeaseContention) as info:
+    with pytest.raises(WriteContention) as info:
         Segment.objects.lease("s")
     assert info.value.attempts == 4
-    assert "LEASE_RETRIES" in str(info.value)
+    assert "WRITE_RETRIES" in str(info.value)
     assert rows("s") == (0, 0)
 
 

@@ -27,7 +27,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_sequences import get_sequence, next_number, next_value, next_values
-from django_sequences.exceptions import LeaseContention
+from django_sequences.exceptions import WriteContention
 from django_sequences.management.commands import (
     sequences_define,
     sequences_prewarm,
@@ -382,14 +382,14 @@ CHILD = """
 import json, os, sys, time
 from tests.workers import setup_django
 setup_django(json.loads(sys.argv[1]), sys.argv[2])
-from django_sequences.exceptions import LeaseContention
+from django_sequences.exceptions import WriteContention
 from django_sequences.models import Segment
 key, stop = sys.argv[3], sys.argv[4]
 while not os.path.exists(stop):
     t0 = time.monotonic()
     try:
         first, last = Segment.objects.lease(key, 7)
-    except LeaseContention:
+    except WriteContention:
         continue
     print(json.dumps([first, last, t0]), flush=True)
     time.sleep(0.001)  # lets the others (and the raise) get SQLite's write lock
@@ -425,7 +425,7 @@ def test_raise_while_threads_and_processes_lease(processes: int, tmp_path: Path)
                 t0 = time.monotonic()
                 try:
                     first, last = Segment.objects.lease("busy", 7)
-                except LeaseContention:
+                except WriteContention:
                     continue
                 got[k].append((first, last, t0))
                 time.sleep(0.001)  # lets the others (and the raise) get SQLite's write lock

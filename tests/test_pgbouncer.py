@@ -57,9 +57,9 @@ def _pooled_settings(base: dict[str, Any], db_name: str, port: int | None) -> di
 
 
 def _drop_alias() -> None:
-    from django_sequences.sources import connections as lease_connections
+    from django_sequences.sources import connections as private_connections
 
-    lease_connections.close_all()
+    private_connections.close_all()
     with contextlib.suppress(Exception):
         connections[POOLED].close()
     connections.settings.pop(POOLED, None)
@@ -80,9 +80,9 @@ def pooled_alias(vendor: str) -> Iterator[str]:
 
 
 def _prepared_on_private(alias: str) -> int:
-    from django_sequences.sources.connections import lease_connection
+    from django_sequences.sources.connections import private_connection
 
-    with lease_connection(alias).use() as w, w.connection.cursor() as raw:
+    with private_connection(alias).use() as w, w.connection.cursor() as raw:
         raw.execute("SELECT count(*) FROM pg_prepared_statements")
         row = raw.fetchone()
         assert row is not None
@@ -110,11 +110,11 @@ def test_regression_a_lost_prepared_statement_cost_a_reconnect_and_a_retry(vendo
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL only (DB=postgresql)")
     from django_sequences.sources import rows as row_store
-    from django_sequences.sources.connections import lease_connection
+    from django_sequences.sources.connections import private_connection
 
     Sequence.objects.define("inv", strategy="strict")
     assert [next_value("inv") for _ in range(3)] == [1, 2, 3]
-    with lease_connection("default").use() as w:
+    with private_connection("default").use() as w:
         alias, raw_before = w.alias, w.connection
         with w.connection.cursor() as raw:
             raw.execute("SELECT name FROM pg_prepared_statements")
@@ -123,11 +123,11 @@ def test_regression_a_lost_prepared_statement_cost_a_reconnect_and_a_retry(vendo
     try:
         assert [next_value("inv") for _ in range(3)] == [4, 5, 6]
         assert alias in row_store._unprepared
-        with lease_connection("default").use() as w:
+        with private_connection("default").use() as w:
             assert w.connection is raw_before, "the private connection was dropped and reopened"
     finally:
         row_store._unprepared.discard(alias)
-        lease_connection("default").discard()
+        private_connection("default").discard()
 
 
 # --- a private PgBouncer in transaction mode -----------------------------------------------------

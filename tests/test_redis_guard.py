@@ -1,4 +1,4 @@
-"""The failover guard on the Redis strategies (invariant I11): a ``redis`` counter or a
+"""The writer guard on the Redis strategies (invariant I11): a ``redis`` counter or a
 ``redis_segment`` window last moved by another Redis server (a promoted replica that missed the
 last increments) counts as lost, and is reinstalled above the high-water mark committed in the
 database row before anything is issued from it.
@@ -10,7 +10,7 @@ holds. The scripts compare ``w`` with the server running them, so to them this i
 the server having changed under an unchanged key. The real Sentinel and Cluster failovers run in
 ``benchmarks/failover.py`` (scenarios c and d).
 
-Each simulated failover is also run with ``FAILOVER_GUARD`` off, which must issue the old values
+Each simulated failover is also run with ``WRITER_GUARD`` off, which must issue the old values
 again: the proof that the simulation reproduces the duplicates the guard prevents.
 """
 
@@ -99,8 +99,8 @@ def jumps_of(key: str) -> list[writers.Jump]:
 
 @pytest.fixture
 def unguarded() -> Iterator[None]:
-    """``FAILOVER_GUARD`` off (the registry is reset: generators are built again)."""
-    with override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "FAILOVER_GUARD": False}):
+    """``WRITER_GUARD`` off (the registry is reset: generators are built again)."""
+    with override_settings(DJANGO_SEQUENCES={**settings.DJANGO_SEQUENCES, "WRITER_GUARD": False}):
         yield
 
 

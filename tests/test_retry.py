@@ -8,8 +8,8 @@ import pytest
 from django.test import override_settings
 
 from django_sequences.core import retry
-from django_sequences.exceptions import LeaseContention
-from django_sequences.sources.connections import lease_connection, on_private, resolve_alias
+from django_sequences.exceptions import WriteContention
+from django_sequences.sources.connections import on_private, private_connection, resolve_alias
 from django_sequences.sources.rows import contended
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,13 +31,13 @@ def _free_elsewhere(lock: object) -> bool:
     return got[0]
 
 
-def test_regression_a_lease_retry_slept_holding_the_lease_connection_lock(
+def test_regression_a_lease_retry_slept_holding_the_private_connection_lock(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A lost optimistic-lock race slept its back-off inside the private connection's lock,
     stalling every other sequence's lease in the process meanwhile."""
     alias = resolve_alias(None)
-    lock = lease_connection(alias).lock
+    lock = private_connection(alias).lock
     tries: list[int] = []
     free_while_sleeping: list[bool] = []
 
@@ -57,7 +57,7 @@ def test_regression_a_lease_retry_slept_holding_the_lease_connection_lock(
     assert free_while_sleeping == [True, True]
 
 
-@override_settings(DJANGO_SEQUENCES={"LEASE_RETRIES": 4, "LEASE_BACKOFF": 0.0})
+@override_settings(DJANGO_SEQUENCES={"WRITE_RETRIES": 4, "WRITE_BACKOFF": 0.0})
 def test_contention_is_raised_after_the_retries() -> None:
     calls: list[int] = []
 
@@ -65,7 +65,7 @@ def test_contention_is_raised_after_the_retries() -> None:
         calls.append(1)
         return None
 
-    with pytest.raises(LeaseContention):
+    with pytest.raises(WriteContention):
         contended("k", attempt)
     assert len(calls) == 4
 

@@ -149,11 +149,11 @@ def test_postgresql_prepares_the_increment_and_falls_back_when_the_server_forget
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL only")
     from django_sequences.sources import rows as row_store
-    from django_sequences.sources.connections import lease_connection
+    from django_sequences.sources.connections import private_connection
 
     Sequence.objects.define("inv", strategy="strict")
     assert [next_value("inv") for _ in range(3)] == [1, 2, 3]
-    with lease_connection("default").use() as w:
+    with private_connection("default").use() as w:
         alias = w.alias
         assert alias not in row_store._unprepared
         assert row_store._pg_cursors[alias][0] is w.connection
@@ -179,13 +179,13 @@ def test_postgresql_prepare_threshold_none_in_options_means_no_prepared_statemen
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL only")
     from django_sequences.sources import rows as row_store
-    from django_sequences.sources.connections import lease_connection
+    from django_sequences.sources.connections import private_connection
 
     Sequence.objects.define("inv", strategy="strict")
     # a new private session, as a project with the option from the start has: one an earlier
     # test of this worker used may hold statements it prepared before the option was set
-    lease_connection("default").discard()
-    with lease_connection("default").use() as w:
+    private_connection("default").discard()
+    with private_connection("default").use() as w:
         alias = w.alias
         options = w.settings_dict.setdefault("OPTIONS", {})
         options["prepare_threshold"] = None
@@ -193,9 +193,9 @@ def test_postgresql_prepare_threshold_none_in_options_means_no_prepared_statemen
     try:
         assert [next_value("inv") for _ in range(3)] == [1, 2, 3]
         assert alias in row_store._unprepared
-        with lease_connection("default").use() as w, w.connection.cursor() as raw:
+        with private_connection("default").use() as w, w.connection.cursor() as raw:
             raw.execute("SELECT count(*) FROM pg_prepared_statements")
             assert raw.fetchone() == (0,)
     finally:
         row_store._unprepared.discard(alias)
-        lease_connection("default").discard()  # the next test gets the settings as they were
+        private_connection("default").discard()  # the next test gets the settings as they were

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from django_sequences.core.snowflake import Layout, SnowflakeGenerator
 from django_sequences.core.ticks import Grant, Renewal
-from django_sequences.exceptions import ClockMovedBackwards, WorkerLeaseLost
+from django_sequences.exceptions import ClockMovedBackwards, WorkerClaimLost
 
 from .leasetools import MS, FakeClock
 
@@ -42,7 +42,7 @@ class FakeSlot:
     def acquire(self, now_tick: int, ahead: int, *, shared_cap: int | None = None) -> Grant:
         self.calls.append("acquire")
         if not self.free:
-            raise WorkerLeaseLost("every worker id is held (fake slot)")
+            raise WorkerClaimLost("every worker id is held (fake slot)")
         floor, self.bound = self.bound, max(self.bound, ahead)
         self.deadline = self.clock.monotonic() + self.lease
         return Grant(7, max(floor, 0), self.bound, self.deadline)
@@ -126,9 +126,9 @@ def test_past_the_deadline_a_refused_renewal_issues_nothing(cls: type[SnowflakeG
     slot.renewable = slot.free = False  # the id was taken over, and no other is free
     clock.advance(0.0005)
     for _ in range(3):
-        with pytest.raises(WorkerLeaseLost):
+        with pytest.raises(WorkerClaimLost):
             g.next()
-    with pytest.raises(WorkerLeaseLost):
+    with pytest.raises(WorkerClaimLost):
         g.take(3)
     assert g.status().issued == 5 and g.worker_id is None
     assert slot.calls == ["acquire", "renew"] + ["acquire"] * 4
@@ -147,7 +147,7 @@ def test_a_wall_clock_stepped_back_into_the_tick_after_the_deadline_renews_first
     slot.renewable = slot.free = False
     clock.advance(40.0)  # paused, or idle: the lease has lapsed
     clock.set_wall(SECOND + 0.0003)  # and the wall clock was stepped back into the same tick
-    with pytest.raises(WorkerLeaseLost):
+    with pytest.raises(WorkerClaimLost):
         g.next()
     assert slot.calls == ["acquire", "renew", "acquire"] and g.status().issued == 1
     floor = slot.bound  # the last tick the lapsed lease could have used
@@ -210,7 +210,7 @@ def test_no_value_at_or_past_the_deadline_and_none_twice_whatever_the_clocks_do(
         else:
             try:
                 got = [g.next()] if op == "next" else list(g.take(arg))
-            except (WorkerLeaseLost, ClockMovedBackwards):
+            except (WorkerClaimLost, ClockMovedBackwards):
                 continue
             # the clock moves only while a call waits, before it issues: ``clock.m`` is when
             # the last value was handed out

@@ -17,11 +17,11 @@ from django.db import connection
 
 from django_sequences import explain, get_sequence, next_value
 from django_sequences.core.snowflake import Layout
-from django_sequences.exceptions import WorkerLeaseLost
+from django_sequences.exceptions import WorkerClaimLost
 from django_sequences.models import Sequence, WorkerLease
 from django_sequences.sources import redisconn
 from django_sequences.sources import workers as leases
-from django_sequences.sources.connections import lease_connection
+from django_sequences.sources.connections import private_connection
 
 from . import workers
 from .conftest import assert_unique
@@ -41,7 +41,7 @@ def _release_everything(transactional_db: None) -> Iterator[None]:
 
 
 def _db_now() -> Any:
-    with lease_connection(connection.alias).use() as w:
+    with private_connection(connection.alias).use() as w:
         return leases.db_now(w)
 
 
@@ -132,7 +132,7 @@ def test_a_host_whose_clock_is_a_day_ahead_cannot_take_a_live_lease() -> None:
     holder = get_sequence("sf")
     holder.next()
     skewed = build("sf", FakeClock(wall=time.time() + 86_400 + 0.0005))
-    with pytest.raises(WorkerLeaseLost, match="all 1 worker ids are held"):
+    with pytest.raises(WorkerClaimLost, match="all 1 worker ids are held"):
         skewed.next()
     assert skewed.status().issued == 0
     holder._gen.close()  # type: ignore[attr-defined]
@@ -200,9 +200,9 @@ def test_a_lapsed_process_raises_while_every_id_is_held() -> None:
         clock.advance(0.6)
         issued = paused.status().issued
         for _ in range(3):
-            with pytest.raises(WorkerLeaseLost):
+            with pytest.raises(WorkerClaimLost):
                 paused.next()
-        with pytest.raises(WorkerLeaseLost):
+        with pytest.raises(WorkerClaimLost):
             paused.take(4)
         assert paused.status().issued == issued
         assert paused.worker_id is None

@@ -1,7 +1,7 @@
-"""The failover guard on worker-id leases (invariant I11, sources/workers.py): after a failover
+"""The writer guard on worker-id leases (invariant I11, sources/workers.py): after a failover
 to a replica that missed the last acquisitions or renewals, an id whose holder may still be
 issuing is not handed out again until a fence expires, its holder keeps it, and
-``last_timestamp`` moves ahead by FAILOVER_MARGIN_SECONDS' worth of ticks.
+``last_timestamp`` moves ahead by WRITER_GUARD_MARGIN_SECONDS' worth of ticks.
 
 A failover is simulated on the one test server: the rows' ``writer`` is set to an identity
 that is not this server's and a lease made to look as a lagging replica shows it (expired,
@@ -24,12 +24,12 @@ from django.db.models import F
 from django.test import override_settings
 
 from django_sequences import explain
-from django_sequences.exceptions import WorkerLeaseLost
+from django_sequences.exceptions import WorkerClaimLost
 from django_sequences.models import Sequence, WorkerLease
 from django_sequences.signals import counter_moved_ahead
 from django_sequences.sources import redisconn, writers
 from django_sequences.sources import workers as leases
-from django_sequences.sources.connections import lease_connection
+from django_sequences.sources.connections import private_connection
 
 from .conftest import assert_unique
 from .leasetools import FakeClock, build, unique_name
@@ -40,7 +40,7 @@ A, B, C = "a" * 32, "b" * 32, "c" * 32
 OTHER = "pg:1:00000001-another-server"
 MS = 1_000_000  # the ticks of these tests are milliseconds
 TTL = 1.0  # the leases' TTL here (seconds)
-MARGIN_S = 1.2  # FAILOVER_MARGIN_SECONDS here: a fence lasts max(TTL, MARGIN_S)
+MARGIN_S = 1.2  # WRITER_GUARD_MARGIN_SECONDS here: a fence lasts max(TTL, MARGIN_S)
 MARGIN = 1200  # … in ticks
 #: A generator's clock step past its persisted bound (half the TTL ahead) and before its
 #: deadline (the TTL less a tenth)
@@ -51,9 +51,9 @@ NOW = 1_000_000  # a tick
 def _settings(**extra: Any) -> dict[str, Any]:
     return {
         **settings.DJANGO_SEQUENCES,
-        "WORKER_LEASE_TTL": TTL,
+        "WORKER_CLAIM_TTL": TTL,
         "WORKER_HEARTBEAT": 0.25,
-        "FAILOVER_MARGIN_SECONDS": MARGIN_S,
+        "WRITER_GUARD_MARGIN_SECONDS": MARGIN_S,
         **extra,
     }
 
@@ -81,7 +81,7 @@ def _current() -> str:
 
 
 def _db_now() -> Any:
-    with lease_connection(connection.alias).use() as w:
+    with private_connection(connection.alias).use() as w:
         return leases.db_now(w)
 
 
@@ -169,7 +169,7 @@ def test_a_lost_renewal_fences_the_id_and_its_holder_keeps_it(guarded: str) -> N
     before = writers.jump_count()
     counter_moved_ahead.connect(receiver)
     try:
-        with pytest.raises(WorkerLeaseLost, match="fenced until"):
+        with pytest.raises(WorkerClaimLost, match="fenced until"):
             _acquire(B, now=NOW + 200)
     finally:
         counter_moved_ahead.disconnect(receiver)
@@ -206,7 +206,7 @@ def test_the_fenced_id_is_handed_out_once_the_fence_expires(guarded: str) -> Non
     assert a is not None
     # the replica shows A's lease released (its release and a later acquisition were lost)
     _fail_over("ns", owner_uuid="", expires_at=None, last_timestamp=NOW + 40)
-    with pytest.raises(WorkerLeaseLost, match="fenced"):
+    with pytest.raises(WorkerClaimLost, match="fenced"):
         _acquire(B, now=NOW + 100)
     fenced = _row("ns", 0)
     assert fenced.last_timestamp == NOW + 100 + MARGIN and fenced.owner_uuid == ""
@@ -229,7 +229,7 @@ def test_a_holder_whose_lease_lapsed_does_not_pass_the_fence(guarded: str) -> No
     row = _row("ns", 0)
     assert row.owner_uuid == A and row.renewed_at is None  # fenced by the renewal itself
     assert row.writer == _current()
-    with pytest.raises(WorkerLeaseLost, match="fenced"):  # and B gets nothing either
+    with pytest.raises(WorkerClaimLost, match="fenced"):  # and B gets nothing either
         _acquire(B)
 
 
@@ -242,7 +242,7 @@ def test_a_holder_whose_acquisition_was_lost_stops(guarded: str) -> None:
     _fail_over("ns", expires_at=_expired())
     assert _renew(a, A, NOW + 100) is None
     assert _row("ns", 0).owner_uuid == C
-    with pytest.raises(WorkerLeaseLost, match="fenced"):
+    with pytest.raises(WorkerClaimLost, match="fenced"):
         _acquire(B)
 
 
@@ -256,7 +256,7 @@ def test_ids_without_a_row_are_fenced_too(guarded: str) -> None:
     m.filter(namespace="ns", worker_id=1).delete()
     _fail_over("ns")
     before = writers.jump_count()
-    with pytest.raises(WorkerLeaseLost, match="fenced"):
+    with pytest.raises(WorkerClaimLost, match="fenced"):
         m.acquire("ns", 3, owner=C, ttl=TTL, now_tick=NOW + 10, ahead=NOW + 60, tick_ns=MS)
     rows = {r.worker_id: r for r in m.filter(namespace="ns")}
     assert sorted(rows) == [0, 1, 2, 3]
@@ -282,10 +282,10 @@ def test_beyond_the_fenced_ids_none_without_a_row_is_inserted_while_a_fence_last
     a = m.acquire("ns", wide, owner=A, ttl=30, tick_ns=MS)
     assert a is not None
     _fail_over("ns", owner_uuid="", expires_at=None)
-    with pytest.raises(WorkerLeaseLost, match="fenced"):
+    with pytest.raises(WorkerClaimLost, match="fenced"):
         m.acquire("ns", wide, owner=B, ttl=TTL, tick_ns=MS)
     assert m.filter(namespace="ns").count() == 1 + leases.FENCE_MISSING_IDS
-    with pytest.raises(WorkerLeaseLost, match="fenced"):
+    with pytest.raises(WorkerClaimLost, match="fenced"):
         m.acquire("ns", wide, owner=C, ttl=TTL, tick_ns=MS)
     assert m.filter(namespace="ns").count() == 1 + leases.FENCE_MISSING_IDS
 
@@ -293,7 +293,7 @@ def test_beyond_the_fenced_ids_none_without_a_row_is_inserted_while_a_fence_last
 def test_without_the_guard_the_id_is_handed_out_again(guarded: str) -> None:
     """What the guard prevents (and the proof the tests above can fail): the replica shows A's
     lease expired, and B gets A's id while A still issues with it."""
-    with override_settings(DJANGO_SEQUENCES=_settings(FAILOVER_GUARD=False)):
+    with override_settings(DJANGO_SEQUENCES=_settings(WRITER_GUARD=False)):
         a = _acquire(A)
         assert a is not None
         before = writers.jump_count()
@@ -331,7 +331,7 @@ def test_a_running_process_keeps_its_worker_id_across_a_failover(guarded: str) -
     _fail_over("sf", expires_at=_expired(), version=row.version - 1, last_timestamp=0)
     other = build("sf")
     then = int(time.time() * 1000)
-    with pytest.raises(WorkerLeaseLost, match="fenced"):
+    with pytest.raises(WorkerClaimLost, match="fenced"):
         other.next()
     fenced = _row("sf", 0)
     assert fenced.last_timestamp >= then + MARGIN  # ms ticks, told by their size
@@ -343,7 +343,7 @@ def test_a_running_process_keeps_its_worker_id_across_a_failover(guarded: str) -
     assert_unique(first + later, 10)
     assert {explain("sf", v)["worker_id"] for v in later} == {0}
     assert _row("sf", 0).owner_uuid == fenced.owner_uuid and _row("sf", 0).renewed_at is not None
-    with pytest.raises(WorkerLeaseLost, match="all 1 worker ids are held"):
+    with pytest.raises(WorkerClaimLost, match="all 1 worker ids are held"):
         other.next()
     assert writers.jumps()[-1].key == "sf#0"
 
@@ -357,7 +357,7 @@ def test_a_lapsed_process_loses_its_worker_id_at_a_failover(guarded: str) -> Non
     (row,) = WorkerLease.objects.filter(namespace="sf")
     _fail_over("sf", expires_at=_expired(), version=row.version - 1)
     clock.advance(TTL)  # resumes past its deadline
-    with pytest.raises(WorkerLeaseLost, match="fenced"):
+    with pytest.raises(WorkerClaimLost, match="fenced"):
         paused.next()  # its renewal fails; every id is fenced now (1 inserted so)
     assert paused.worker_id is None and paused.status().details["lost"] == 1
 
@@ -396,7 +396,7 @@ def test_redis_a_failover_fences_the_namespace(
     assert a is not None and b is not None and (a.worker_id, b.worker_id) == (0, 1)
     _redis_fail_over(store, ns, 1)  # B's acquisition was lost: id 1 looks free
     before = writers.jump_count()
-    with pytest.raises(WorkerLeaseLost, match="fenced"):
+    with pytest.raises(WorkerClaimLost, match="fenced"):
         store.acquire(ns, 2, C, TTL, NOW + 100, NOW + 150, tick_ns=MS)
     assert writers.jump_count() == before + 1
     jump = writers.jumps()[-1]
@@ -406,7 +406,7 @@ def test_redis_a_failover_fences_the_namespace(
     # the live key's holder renews through the fence; B's key is gone: B stops issuing
     assert store.renew(ns, 0, A, a.token, TTL, NOW + 200, tick_ns=MS) == a.token
     assert store.renew(ns, 1, B, b.token, TTL, NOW + 200, tick_ns=MS) is None
-    with pytest.raises(WorkerLeaseLost, match="fenced"):
+    with pytest.raises(WorkerClaimLost, match="fenced"):
         store.acquire(ns, 2, C, TTL, NOW + 300, NOW + 350, tick_ns=MS)
     assert writers.jump_count() == before + 1  # reported once
     time.sleep(max(TTL, MARGIN_S) + 0.05)
@@ -424,7 +424,7 @@ def test_redis_without_the_guard_the_id_is_handed_out_again(
     redis_ns: tuple[leases.RedisWorkerStore, str],
 ) -> None:
     store, ns = redis_ns
-    with override_settings(DJANGO_SEQUENCES=_settings(FAILOVER_GUARD=False)):
+    with override_settings(DJANGO_SEQUENCES=_settings(WRITER_GUARD=False)):
         a = store.acquire(ns, 0, A, TTL, NOW, NOW + 50, tick_ns=MS)
         assert a is not None
         _redis_fail_over(store, ns, 0)  # A's acquisition was lost
@@ -446,14 +446,14 @@ def test_redis_a_running_process_keeps_its_worker_id_across_a_failover() -> None
         first = [holder.next() for _ in range(5)]
         _redis_fail_over(store, name)
         other = build(name)
-        with pytest.raises(WorkerLeaseLost, match="fenced"):
+        with pytest.raises(WorkerClaimLost, match="fenced"):
             other.next()
         clock.advance(STEP)
         later = [holder.next() for _ in range(5)]
         d = holder.status().details
         assert (d["worker_id"], d["lost"], d["acquisitions"], d["renewals"]) == (0, 0, 1, 1)
         assert_unique(first + later, 10)
-        with pytest.raises(WorkerLeaseLost, match="fenced"):
+        with pytest.raises(WorkerClaimLost, match="fenced"):
             other.next()
     finally:
         leases.shutdown()

@@ -47,9 +47,9 @@ def broken_alias() -> Iterator[str]:
     try:
         yield "broken"
     finally:
-        from django_sequences.sources import connections as lease_connections
+        from django_sequences.sources import connections as private_connections
 
-        lease_connections.close_all()
+        private_connections.close_all()
         del connections.settings["broken"]
         if hasattr(connections._connections, "broken"):  # type: ignore[attr-defined]
             delattr(connections._connections, "broken")  # type: ignore[attr-defined]

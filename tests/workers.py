@@ -195,7 +195,7 @@ def spawned_pausable(
 
     override_settings(DJANGO_SEQUENCES=overrides).enable()
     from django_sequences import get_sequence
-    from django_sequences.exceptions import WorkerLeaseLost
+    from django_sequences.exceptions import WorkerClaimLost
 
     got: list[int] = []
     losses, first_loss = 0, -1
@@ -206,7 +206,7 @@ def spawned_pausable(
         while not stop.is_set():
             try:
                 got.append(h.next())
-            except WorkerLeaseLost:
+            except WorkerClaimLost:
                 losses += 1
                 if first_loss < 0:
                     first_loss = len(got)

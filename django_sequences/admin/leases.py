@@ -31,7 +31,7 @@ def lease_holder(lease: WorkerLease, now: datetime | None = None) -> str:
         until = lease.expires_at
         fenced = bool(lease.writer) and lease.renewed_at is None
         if fenced and until is not None and until > (now or timezone.now()):
-            # the failover guard's fence (sources/workers.py): nobody may take it until then
+            # the writer guard's fence (sources/workers.py): nobody may take it until then
             return str(_("fenced after a failover until %(until)s")) % {
                 "until": f"{until:%Y-%m-%d %H:%M:%S}"
             }

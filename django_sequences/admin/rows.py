@@ -38,7 +38,7 @@ class SegmentAdmin(admin.ModelAdmin):
     search_fields = ("key", "sequence__name")
     list_select_related = ("sequence",)
     # ``value`` moves by leasing, or up (never down) by a superuser's confirmed "set value"
-    # ``writer`` and the pace are the failover guard's (docs/scaling.md): leases write them
+    # ``writer`` and the pace are the writer guard's (docs/scaling.md): leases write them
     readonly_fields = (
         "sequence",
         "key",

@@ -372,7 +372,7 @@ class SeriesMarkAdmin(ReadOnlyAdmin):
 
 @admin.register(CounterWriter)
 class CounterWriterAdmin(ReadOnlyAdmin):
-    """The failover guard's records of counters that cannot hold them (autoincrement tables):
+    """The writer guard's records of counters that cannot hold them (autoincrement tables):
     which database server issued from them last, and their pace. Read-only."""
 
     list_display = ("key", "writer", "pace", "updated_at")

@@ -21,7 +21,7 @@ On "refill" (or a missing hash) a process leases a window ``(first, last)`` from
   becomes a gap;
 - ``max >= first`` (the hash is already at or past this window): nothing; the window becomes a
   gap;
-- the hash was last moved by another server (the failover guard, below): ``cur = first - 1,
+- the hash was last moved by another server (the writer guard, below): ``cur = first - 1,
   max = last`` whatever it held ("replaced").
 
 Why no value is handed out twice: every value handed out lies in a window leased from the row,
@@ -42,7 +42,7 @@ chunks the old master handed out already, and ``(cur, max]`` would hand them out
 hash records the server that last moved it (``w``: its ``master_replid``; a promoted replica
 starts a new one), compared inside ``take`` and ``extend`` themselves (a client may send a
 command again to the new master without an error reaching us). With the guard on
-(``DJANGO_SEQUENCES["FAILOVER_GUARD"]``), a hash whose writer is not the server answering
+(``DJANGO_SEQUENCES["WRITER_GUARD"]``), a hash whose writer is not the server answering
 counts as lost: ``take`` answers "missing" and takes nothing, and the next ``extend`` drops
 what the hash held and writes its fresh window in its place. That is the lost-hash case above:
 no margin is needed, because the fresh window was leased from the row *after* the failover, and
@@ -84,7 +84,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ..exceptions import BackendUnavailable, LeaseContention, SequenceExhausted
+from ..exceptions import BackendUnavailable, SequenceExhausted, WriteContention
 from .clock import SYSTEM_CLOCK, Clock
 
 # Answers of ``WindowStore.take``
@@ -169,7 +169,7 @@ class ChunkSource:
             size = n if n > self._step_hint > 0 else None
             try:
                 wfirst, wlast = self._db_lease(size)
-            except (BackendUnavailable, LeaseContention, SequenceExhausted):
+            except (BackendUnavailable, WriteContention, SequenceExhausted):
                 # The database cannot refill: hand out what the shared window still holds.
                 kind, first, last = self.store.take(n, True)
                 if kind == TAKEN:

@@ -18,7 +18,7 @@ the ``install`` that creates the counter and ends when the key is lost. ``h`` is
 
 A key is *lost* when it is missing, when it holds what the store cannot take for a live counter
 of its own (the Redis store: the previous release's format, or a positive number), or, with the
-failover guard on, when it was last moved by another *writer* than the server answering now (a
+writer guard on, when it was last moved by another *writer* than the server answering now (a
 failover: see below); an increment of a lost key issues nothing and answers ``MISSING``, and a
 claim writes over it as over a missing key.
 
@@ -93,7 +93,7 @@ claim wrote over another writer's counter reports it once (``writers.record_jump
 The same holds for a master restarted from a snapshot (measured on Redis 7.0: it starts with a
 new ``master_replid``). Not covered: an older value brought back on the *same* server (keys
 restored by a client, ``DEBUG RELOAD`` of an older file), the guard turned off
-(``DJANGO_SEQUENCES["FAILOVER_GUARD"] = False``), and two masters taking writes at once (a split
+(``DJANGO_SEQUENCES["WRITER_GUARD"] = False``), and two masters taking writes at once (a split
 brain: processes still on the old master go on leasing windows and incrementing there, into the
 new master's range); run Sentinel or Cluster with ``min-replicas-to-write`` so an isolated master
 stops taking writes.

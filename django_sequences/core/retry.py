@@ -2,8 +2,8 @@
 growing back-off, *outside* whatever lock the attempt held (a sleeping retry must never stall
 other leases that share a connection lock).
 
-``LEASE_RETRIES`` attempts in all; before attempt k+1 a random time up to
-``LEASE_BACKOFF * 2**min(k, 8)`` (docs/settings.md). Counter rows (``sources/rows.py``) and worker
+``WRITE_RETRIES`` attempts in all; before attempt k+1 a random time up to
+``WRITE_BACKOFF * 2**min(k, 8)`` (docs/settings.md). Counter rows (``sources/rows.py``) and worker
 leases (``sources/workers.py``) both use it.
 """
 

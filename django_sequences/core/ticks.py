@@ -11,7 +11,7 @@ rests on two things (invariant I4):
   renewal's round trip) + ``ttl`` - ``margin``, so it stops before any other process can take the
   id over. The deadline is checked on every call (the fast path's through ``end``, below).
   Past it, the generator renews (same id, if nobody took it) or acquires another id, or
-  raises :class:`~django_sequences.exceptions.WorkerLeaseLost`; it issues nothing meanwhile.
+  raises :class:`~django_sequences.exceptions.WorkerClaimLost`; it issues nothing meanwhile.
 * **A persisted bound.** Values use only ticks <= ``ahead``, a tick that was written to the
   lease (``last_timestamp``) by a successful conditional renewal *before* any value used it
   (``ahead`` = now + a window of at most 1 s, pushed forward by the heartbeat, or synchronously
@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from ..exceptions import BackendUnavailable, ClockMovedBackwards, InvalidKey, WorkerLeaseLost
+from ..exceptions import BackendUnavailable, ClockMovedBackwards, InvalidKey, WorkerClaimLost
 from . import forking
 from .base import Status
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
@@ -108,7 +108,7 @@ class Slot(Protocol):
     ttl: float
 
     def acquire(self, now_tick: int, ahead: int, *, shared_cap: int | None = None) -> Grant:
-        """Take a free or expired id; raise ``WorkerLeaseLost`` when every id is held. With
+        """Take a free or expired id; raise ``WorkerClaimLost`` when every id is held. With
         ``shared_cap``, also find the sequence's floor (``Grant.shared``), ignoring ticks at or
         above the cap (another unit's)."""
         ...
@@ -460,7 +460,7 @@ class LeasedTickGenerator:
                     with self._lock:
                         self._drop()
                     self._slot.forget()
-                    raise WorkerLeaseLost(
+                    raise WorkerClaimLost(
                         f"Sequence {self.name!r}: this process's worker-id lease lapsed and could "
                         f"not be renewed, so it issues nothing: {exc}"
                     ) from exc

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..exceptions import WorkerLeaseLost
+from ..exceptions import WorkerClaimLost
 from .clock import SYSTEM_CLOCK, Clock
 from .ticks import Grant, Renewal
 
@@ -93,7 +93,7 @@ class WorkerSlot:
     Not thread-safe on its own: its generator calls it under its ``_io`` lock. Deadlines are on
     ``clock.monotonic()`` and taken *before* each round trip, minus ``margin``, so this process
     stops issuing before the store could let anyone else take the id. ``unit_ns``: the ticks'
-    unit (None: told by their size, :func:`tick_ns_of`), for the failover guard's margin.
+    unit (None: told by their size, :func:`tick_ns_of`), for the writer guard's margin.
     """
 
     def __init__(
@@ -139,7 +139,7 @@ class WorkerSlot:
             tick_ns=self.unit_ns,
         )
         if g is None:
-            raise WorkerLeaseLost(
+            raise WorkerClaimLost(
                 f"Sequence {self.namespace!r}: all {self.max_worker + 1} worker ids are held by "
                 f"live processes ({self.store.kind} store); this process may not issue until "
                 f"one is released or expires. Give the layout more worker bits/digits, or run "

@@ -58,7 +58,6 @@ from ..exceptions import (
     InvalidDefinition,
     InvalidName,
     IssueRejected,
-    LeaseContention,
     RateLimited,
     ReservationExpired,
     ReservationNotFound,
@@ -66,7 +65,8 @@ from ..exceptions import (
     SequenceError,
     SequenceExhausted,
     SequenceNotFound,
-    WorkerLeaseLost,
+    WorkerClaimLost,
+    WriteContention,
 )
 
 if TYPE_CHECKING:
@@ -176,9 +176,9 @@ ERRORS: tuple[tuple[type[BaseException], int, str, Mapping[str, str]], ...] = (
     (ReservationSettled, 409, "settled", {}),
     (SequenceExhausted, 409, "exhausted", {}),
     (RateLimited, 429, "rate_limited", _RETRY),
-    # WorkerLeaseLost is a BackendUnavailable
+    # WorkerClaimLost is a BackendUnavailable
     (BackendUnavailable, 503, "unavailable", _RETRY),
-    (LeaseContention, 503, "unavailable", _RETRY),
+    (WriteContention, 503, "unavailable", _RETRY),
     (ClockMovedBackwards, 503, "unavailable", _RETRY),
     (OperationalError, 503, "unavailable", _RETRY),
     (InterfaceError, 503, "unavailable", _RETRY),
@@ -224,7 +224,7 @@ def message_for(exc: BaseException) -> str:
             f"value its numbers show) and does not cycle. If you asked for several, ask for "
             f"fewer; else ask {ADMIN} to raise the limit."
         )
-    if isinstance(exc, LeaseContention):
+    if isinstance(exc, WriteContention):
         return (
             f"Sequence busy: the counter {exc.key!r} changed under this request "
             f"{exc.attempts} times in a row; nothing was issued. Retry after Retry-After seconds."
@@ -238,7 +238,7 @@ def message_for(exc: BaseException) -> str:
     if isinstance(exc, IssueRejected):
         by = f" by plugin {exc.plugin}" if exc.plugin else ""
         return f"Issuing from sequence {exc.name!r} was rejected{by}: {exc.reason}"
-    if isinstance(exc, WorkerLeaseLost):
+    if isinstance(exc, WorkerClaimLost):
         return (
             "This server process holds no worker id right now, so it may not issue; nothing "
             "was issued. Retry after Retry-After seconds."

@@ -496,7 +496,7 @@ def _row_values(keys: list[str], alias: str) -> dict[str, int]:
 
 def _held_leases(names: list[str], alias: str) -> dict[str, int]:
     """Live worker leases per namespace (by the database's clock; a lease fenced by the
-    failover guard has no owner and counts not)."""
+    writer guard has no owner and counts not)."""
     if not names:
         return {}
     now = db_now(connections[alias])

@@ -61,7 +61,7 @@ class WindowRefill:
     last: int
     outcome: str
     """``core.chunks.OUTCOMES``: created, appended, jumped, stale, or replaced (the hash was
-    last written by another Redis master: a failover; the failover guard wrote this window
+    last written by another Redis master: a failover; the writer guard wrote this window
     over it)."""
     room_before: int
 

@@ -135,7 +135,7 @@ def overview(
     holders: dict[str, list[str]] = {}
     for namespace, host in (
         WorkerLease.objects.using(alias)
-        # held leases only: a row fenced by the failover guard has no owner (sources/workers.py)
+        # held leases only: a row fenced by the writer guard has no owner (sources/workers.py)
         .filter(namespace__in=order, expires_at__gt=now)
         .exclude(owner_uuid="")
         .values_list("namespace", "owner_host")

@@ -15,7 +15,7 @@ Tables are created by ``strategies.autoincrement.create_tables()`` (which calls
 :func:`make_tables` here) - from the ``sequences_create_tables`` command or a migration's
 ``RunPython`` - never implicitly while issuing.
 
-The failover guard (invariant I11, ``sources/writers.py``). With asynchronous replication a
+The writer guard (invariant I11, ``sources/writers.py``). With asynchronous replication a
 failover to a lagging replica loses the old primary's last inserts (and on PostgreSQL the
 identity sequence's WAL with them): the promoted server's auto-increment counter is behind, and
 ids the old primary issued would be issued again. So on PostgreSQL and MariaDB/MySQL:
@@ -42,7 +42,7 @@ ids the old primary issued would be issued again. So on PostgreSQL and MariaDB/M
   move. Ids inserted before the check are thrown away, never returned (they may repeat ids the
   old primary issued; even when another process moved the counter, this insert may have come
   before that move), and the insert runs again.
-- ``FAILOVER_GUARD = False``: plain inserts, no identity, no check, no pace. SQLite: no guard.
+- ``WRITER_GUARD = False``: plain inserts, no identity, no check, no pace. SQLite: no guard.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def make_tables(name: str, tables: list[tuple[str, str]], *, dry_run: bool = Fal
     strategy says which: ``strategies.autoincrement.create_tables``); return what was (or would
     be) created as ``alias.table``. Idempotent.
 
-    Where the failover guard applies (PostgreSQL, MariaDB/MySQL, ``FAILOVER_GUARD`` on), each
+    Where the writer guard applies (PostgreSQL, MariaDB/MySQL, ``WRITER_GUARD`` on), each
     table's :class:`~django_sequences.models.CounterWriter` row is made too (on the table's
     database, which therefore needs django_sequences' migrations: :class:`ConfigurationError`
     says so if they are missing). Rows are not listed in what was made."""
@@ -124,9 +124,9 @@ def make_tables(name: str, tables: list[tuple[str, str]], *, dry_run: bool = Fal
                 raise ConfigurationError(
                     f"Sequence {name!r}: database {table_alias!r} is to hold "
                     f"auto-increment tables but has no {counter_writer._meta.db_table} table, "
-                    f"where the failover guard records which server last inserted into each: "
+                    f"where the writer guard records which server last inserted into each: "
                     f"run `python manage.py migrate django_sequences --database "
-                    f"{table_alias}` (or set DJANGO_SEQUENCES['FAILOVER_GUARD'] = False)."
+                    f"{table_alias}` (or set DJANGO_SEQUENCES['WRITER_GUARD'] = False)."
                 )
         if table not in existing[table_alias]:
             made.append(f"{table_alias}.{table}")
@@ -152,7 +152,7 @@ GUARD_ATTEMPTS = 3
 
 
 class _TableWriter:
-    """What a generator knows of one table's writer (the failover guard): the identity it
+    """What a generator knows of one table's writer (the writer guard): the identity it
     checked the table's row against (None: check before the next insert), and its count of ids
     inserted in the current second, not yet added to the row's pace. Used under the lease
     connection's lock of the table's alias, like the inserts."""
@@ -170,7 +170,7 @@ class AutoIncrementGenerator:
     that when all of them wait, the one due first is tried anyway once a second.
 
     ``_lock`` guards the round-robin position and the down-marks, never held during I/O.
-    ``_writers`` (one :class:`_TableWriter` per table): the failover guard's state, used
+    ``_writers`` (one :class:`_TableWriter` per table): the writer guard's state, used
     under the table's lease connection lock (the module docstring tells the guard).
     """
 
@@ -232,7 +232,7 @@ class AutoIncrementGenerator:
             seen = max([seen, *ids])
         raise DatabaseError(
             f"The server inserting into {table} on database {alias!r} changed {GUARD_ATTEMPTS} "
-            f"times in a row (failover guard): the table is left out for now."
+            f"times in a row (writer guard): the table is left out for now."
         )
 
     def _take(self, count: int) -> list[int]:
@@ -280,7 +280,7 @@ class AutoIncrementGenerator:
             f"Sequence {self.name!r}: every one of its {n} auto-increment tables failed or is "
             f"waiting to be retried (last error: {last or 'none recorded'}). Check the "
             f"databases, and that "
-            f"`manage.py migrate` (on each database holding tables: the failover guard's rows) "
+            f"`manage.py migrate` (on each database holding tables: the writer guard's rows) "
             f"and `manage.py sequences_create_tables {self.name}` have run."
         ) from last_exc
 
@@ -446,7 +446,7 @@ def check_writer(w: BaseDatabaseWrapper, alias: str, table: str, *, seen: int = 
             store = f"database {alias!r}"
             writers.record_jump(store, key, moved[0], current, moved[1], moved[2])
         return current
-    raise DatabaseError(f"The failover guard's row {key!r} on database {alias!r} went missing.")
+    raise DatabaseError(f"The writer guard's row {key!r} on database {alias!r} went missing.")
 
 
 def _position(c: Any, w: BaseDatabaseWrapper, table: str) -> int:

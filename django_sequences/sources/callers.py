@@ -13,7 +13,7 @@ from django.apps import apps
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .connections import lease_connection, lost_race, on_private
+from .connections import lost_race, on_private, private_connection
 
 _T = TypeVar("_T")
 
@@ -74,7 +74,7 @@ def committed_definition(alias: str, name: str) -> bool:
     """Whether the definition ``name`` on ``alias`` is committed: the private connection sees
     it. False when it cannot look now (another thread holds that connection, or the caller's
     transaction holds the tables: SQLite's shared-cache test database)."""
-    with lease_connection(alias).use_if_free() as w:
+    with private_connection(alias).use_if_free() as w:
         if w is None:
             return False
         table = w.ops.quote_name(_definitions_table())

@@ -38,7 +38,7 @@ from django.db.utils import load_backend
 from ..conf import app_settings
 from ..core import forking, retry
 from ..core.validation import check_using, shown
-from ..exceptions import BackendUnavailable, ConfigurationError, LeaseContention
+from ..exceptions import BackendUnavailable, ConfigurationError, WriteContention
 
 _T = TypeVar("_T")
 
@@ -46,7 +46,7 @@ _T = TypeVar("_T")
 _orphans: list[Any] = []
 
 
-class LeaseConnection:
+class PrivateConnection:
     """One private, autocommit connection to a database alias, shared by this process's threads."""
 
     def __init__(self, alias: str, slot: int = 0) -> None:
@@ -112,14 +112,14 @@ class LeaseConnection:
         self.lock = threading.RLock()
 
 
-_by_alias: dict[tuple[str, int], LeaseConnection] = {}
+_by_alias: dict[tuple[str, int], PrivateConnection] = {}
 _by_alias_lock = threading.Lock()
 
 #: Private connections per alias that :func:`on_private` spreads its work over.
 POOL_SIZE = 4
 
 
-def lease_connection(alias: str, slot: int = 0) -> LeaseConnection:
+def private_connection(alias: str, slot: int = 0) -> PrivateConnection:
     """The private connection ``slot`` of ``alias`` (0: the first, SQLite's only one)."""
     conn = _by_alias.get((alias, slot))
     if conn is None:
@@ -127,11 +127,11 @@ def lease_connection(alias: str, slot: int = 0) -> LeaseConnection:
             conn = _by_alias.get((alias, slot))
             if conn is None:
                 _hold_across_fork()
-                conn = _by_alias[(alias, slot)] = LeaseConnection(alias, slot)
+                conn = _by_alias[(alias, slot)] = PrivateConnection(alias, slot)
     return conn
 
 
-_held: list[LeaseConnection] = []
+_held: list[PrivateConnection] = []
 _fork_hooked = False
 
 
@@ -141,7 +141,8 @@ def _hold_across_fork() -> None:
     start with a connection caught mid-transaction: SQLite keeps its locks' state per process
     in memory, so a child forked during a lease believed it held a lock the kernel never gave
     it, and its next write waited out the timeout ("database is locked"). The child then
-    drops the connections and locks it inherited (:meth:`LeaseConnection._after_fork_in_child`)."""
+    drops the connections and locks it inherited
+    (:meth:`PrivateConnection._after_fork_in_child`)."""
     global _fork_hooked
     if not _fork_hooked:
         os.register_at_fork(before=_take_all, after_in_parent=_release_all)
@@ -265,9 +266,9 @@ def on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) ->
 
     A database error that says the statement lost to a concurrent writer (a deadlock, a
     serialization failure, a Galera certification conflict: :func:`lost_race`) is
-    contention, not an outage: ``fn`` runs again after the lease back-off (``LEASE_RETRIES``,
-    ``LEASE_BACKOFF``), and :class:`LeaseContention` says so when every try lost; a lock wait
-    that timed out is :class:`LeaseContention` at once. After any other database error the
+    contention, not an outage: ``fn`` runs again after the lease back-off (``WRITE_RETRIES``,
+    ``WRITE_BACKOFF``), and :class:`WriteContention` says so when every try lost; a lock wait
+    that timed out is :class:`WriteContention` at once. After any other database error the
     connection is opened again and ``fn`` tried once more (the server may have restarted),
     then :class:`BackendUnavailable` is raised."""
     global _lost_races
@@ -284,10 +285,10 @@ def on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) ->
                 raise
             lost += 1
             _lost_races += 1
-            if lost >= app_settings.LEASE_RETRIES:
-                raise LeaseContention(key, lost, detail=_first_line(exc)) from exc
+            if lost >= app_settings.WRITE_RETRIES:
+                raise WriteContention(key, lost, detail=_first_line(exc)) from exc
             # no connection held while this sleeps
-            time.sleep(retry.delay(lost, app_settings.LEASE_BACKOFF))
+            time.sleep(retry.delay(lost, app_settings.WRITE_BACKOFF))
 
 
 #: The private connection each thread holds now, per alias: a call made while it holds one
@@ -302,17 +303,17 @@ def _on_a_connection(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _
 
 
 @contextmanager
-def held(alias: str) -> Iterator[LeaseConnection]:
+def held(alias: str) -> Iterator[PrivateConnection]:
     """A private connection of ``alias`` held by this thread: the one it holds already (an
     outer call's: the same connection, the same transaction), else the first one of the pool
     no thread holds (SQLite: the only one, once free)."""
-    by_alias: dict[str, LeaseConnection] = _holding.__dict__.setdefault("by_alias", {})
+    by_alias: dict[str, PrivateConnection] = _holding.__dict__.setdefault("by_alias", {})
     outer = by_alias.get(alias)
     if outer is not None:
         yield outer
         return
     if connections[alias].vendor == "sqlite":
-        conn = lease_connection(alias)
+        conn = private_connection(alias)
         conn.lock.acquire()
     else:
         conn = _free_slot(alias)
@@ -324,14 +325,14 @@ def held(alias: str) -> Iterator[LeaseConnection]:
         conn.lock.release()
 
 
-def _free_slot(alias: str) -> LeaseConnection:
+def _free_slot(alias: str) -> PrivateConnection:
     """The first private connection of ``alias`` no thread holds, now held by this one; when
     all are busy, the one the thread's id picks, once its holder lets go."""
     for slot in range(POOL_SIZE):
-        conn = lease_connection(alias, slot)
+        conn = private_connection(alias, slot)
         if conn.lock.acquire(blocking=False):
             return conn
-    conn = lease_connection(alias, threading.get_ident() % POOL_SIZE)
+    conn = private_connection(alias, threading.get_ident() % POOL_SIZE)
     conn.lock.acquire()
     return conn
 
@@ -378,10 +379,10 @@ def lost_races() -> int:
 
 
 def _run(
-    conn: LeaseConnection, alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]
+    conn: PrivateConnection, alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]
 ) -> _T:
     """``fn`` on ``conn``; a lost race is raised as it is (the caller tries again), a timed-out
-    lock wait as :class:`LeaseContention`, any other error once more on a new connection, then
+    lock wait as :class:`WriteContention`, any other error once more on a new connection, then
     as :class:`BackendUnavailable`."""
     for attempt in (1, 2):
         try:
@@ -391,7 +392,7 @@ def _run(
             if lost_race(exc):
                 raise
             if lock_wait_timed_out(exc):
-                raise LeaseContention(key, 1, detail=_first_line(exc)) from exc
+                raise WriteContention(key, 1, detail=_first_line(exc)) from exc
             conn.discard()
             if attempt == 2:
                 raise BackendUnavailable(

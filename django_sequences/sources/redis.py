@@ -22,7 +22,7 @@ installer's claim ``p<token>``), ``w`` the *writer* that last moved it. A ``redi
 window is a hash ``{cur, max, room, step, w}``. Each script touches one key, so both strategies
 run on Redis Cluster (no CROSSSLOT).
 
-The failover guard (invariant I11, ``sources/writers.py``). Redis replicates asynchronously: a
+The writer guard (invariant I11, ``sources/writers.py``). Redis replicates asynchronously: a
 replica promoted by Sentinel or Cluster after its master died holds each key as of some moment
 before, so a counter or a window that *exists* but is *older* than what the old master handed
 out; the lost-key protocols do not see that by themselves, and values went out twice. So every
@@ -38,7 +38,7 @@ mark committed in the database row (``core/hwm.py`` R2, ``core/chunks.py``): no 
 needed, the row is persisted ahead of Redis. Installs, claims and extends write ``w``. The
 process whose claim or extend wrote over another writer's key reports it, once per key and
 failover, with ``writers.record_jump`` (logged, counted, ``counter_moved_ahead``); a key in the
-previous release's format is only logged (INFO). ``DJANGO_SEQUENCES["FAILOVER_GUARD"] = False``
+previous release's format is only logged (INFO). ``DJANGO_SEQUENCES["WRITER_GUARD"] = False``
 skips the comparison (and the ``INFO`` of each increment and take): the behaviour before the
 guard, duplicates after a failover included. The ``INFO`` costs a few per cent of an increment.
 
@@ -130,7 +130,7 @@ end
 """
 
 # KEYS[1] counter; ARGV[1] count, ARGV[2] stored limit ((max_value - count) - OFFSET), ARGV[3]
-# '1': the failover guard is on (compare the writer). {0} missing or lost, {1} claimed by an
+# '1': the writer guard is on (compare the writer). {0} missing or lost, {1} claimed by an
 # installer, {2, s} s > limit (nothing done), {3, s + count}.
 INCR_SCRIPT = (
     _LE

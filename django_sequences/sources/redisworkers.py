@@ -6,7 +6,7 @@ a Lua compare-and-``PEXPIRE``, and a companion key holding ``last_timestamp``; e
 judged by the Redis server's clock. It needs Redis persistence: a Redis that loses its data
 forgets who holds which id.
 
-The failover guard (invariant I11, ``sources/workerguard.py``): on the Redis store the writer
+The writer guard (invariant I11, ``sources/workerguard.py``): on the Redis store the writer
 is the server's ``master_replid`` (``writers.REDIS_WRITER_LUA``, read in each script), kept per
 namespace in a hash ``…:{namespace}:guard`` (field ``w``) that shares the namespace's hash tag,
 so every script touches one Redis Cluster slot. An acquire or renew that finds another
@@ -15,7 +15,7 @@ master's replid there fences the namespace for :func:`fence_seconds` (a key
 live keys go on (a key present on the promoted master was present on the old one until the
 failover: expiry times are absolute and replicated, and only its owner deletes it early). The
 hash's ``floor`` (max(floor, tick) + margin) counts as every id's ``last_timestamp`` from then
-on. With ``FAILOVER_GUARD = False`` nothing is fenced (the hash still records the writer).
+on. With ``WRITER_GUARD = False`` nothing is fenced (the hash still records the writer).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.workerslot import StoreGrant
-from ..exceptions import WorkerLeaseLost
+from ..exceptions import WorkerClaimLost
 from . import redisconn, writers
 from .workerguard import fence_seconds, margin_ticks
 
@@ -210,12 +210,12 @@ class RedisWorkerStore:
         self._jumped(namespace, got[5:])
         status = int(got[0])
         if status < 0:
-            raise WorkerLeaseLost(
+            raise WorkerClaimLost(
                 f"Could not acquire a worker id of {namespace!r}: Redis (cache alias "
                 f"{self.alias!r}) was taken over by another master (a failover), so the "
                 f"namespace is fenced for {int(got[1]) / 1000:.1f} s more: no id is handed out "
-                f"while a holder on the old master may still be issuing (FAILOVER_GUARD, "
-                f"FAILOVER_MARGIN_SECONDS)."
+                f"while a holder on the old master may still be issuing (WRITER_GUARD, "
+                f"WRITER_GUARD_MARGIN_SECONDS)."
             )
         if status == 0:
             return None

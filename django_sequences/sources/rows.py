@@ -5,7 +5,7 @@ A store: it is handed the counter-row model (``Segment``, by its manager) and im
 strategy or surface; the definitions model is the one the rows' ``sequence`` key points to,
 and ``SeriesMark`` is named through the app registry. Every lease runs on the process's
 private lease connection (:mod:`.connections`), so it commits on its own whatever transaction
-the caller is in (invariant I2); the failover guard (:mod:`.writers`, invariant I11) moves a
+the caller is in (invariant I2); the writer guard (:mod:`.writers`, invariant I11) moves a
 row ahead when another server leased from it last.
 """
 
@@ -28,14 +28,14 @@ from ..core.validation import BIGINT_MAX, check_count
 from ..exceptions import (
     BackendUnavailable,
     InvalidName,
-    LeaseContention,
     SequenceExhausted,
     SequenceNotFound,
     SerializationConflict,
+    WriteContention,
 )
 from . import writers
 from .callers import in_callers_transaction, is_conflict
-from .connections import insert, lease_connection, on_private, resolve_alias, select
+from .connections import insert, on_private, private_connection, resolve_alias, select
 
 #: The counter-row model (and its definition model) are handed in by the manager: the store
 #: names no model, so these are plain aliases.
@@ -125,7 +125,7 @@ def increment_unless_locked(
     check_count(count, BIGINT_MAX)
     alias = resolve_alias(using)
     name = sequence or key
-    with lease_connection(alias).use_if_free() as w:
+    with private_connection(alias).use_if_free() as w:
         if w is None:
             return None
         raw = w.connection
@@ -188,7 +188,7 @@ def increment_statement(
     statement of its own (a reservation on PostgreSQL); None where the backend has no such
     statement. It changes no row, and returns none, when the increment must go the long way
     (:func:`increment_in`): the row is missing, at its bound, or last moved by another server
-    (the failover guard)."""
+    (the writer guard)."""
     _check_key(key)
     check_count(count, BIGINT_MAX)
     found = _increment_statement(model, w, key, count)
@@ -206,7 +206,7 @@ def _increment_statement(
     now = w.ops.adapt_datetimefield_value(timezone.now())
     if sql.guarded:
         # the row must name the server answering now: else the lease decides (a new writer
-        # moves the row ahead first: the failover guard, I11)
+        # moves the row ahead first: the writer guard, I11)
         return sql.increment, [count, now, *_pace_params(count), key, count, writers.fast_param(w)]
     return sql.increment, [count, now, key, count]
 
@@ -431,7 +431,7 @@ def contended(
     key: str, attempt: Callable[[], tuple[int, int] | None], name: str | None = None
 ) -> tuple[int, int]:
     """Run one lease ``attempt`` until it wins its optimistic-lock race (``core/retry.py``:
-    the back-off sleeps with no connection lock held), else raise :class:`LeaseContention`.
+    the back-off sleeps with no connection lock held), else raise :class:`WriteContention`.
     :data:`lease_observer`, when set, is told how it went (``name``: the sequence's)."""
     observer = lease_observer
     if observer is None:
@@ -447,10 +447,10 @@ def contended(
 
 
 def _contended(key: str, attempt: Callable[[], tuple[int, int] | None]) -> tuple[int, int]:
-    retries: int = app_settings.LEASE_RETRIES
-    found = retry.until_won(attempt, retries, app_settings.LEASE_BACKOFF)
+    retries: int = app_settings.WRITE_RETRIES
+    found = retry.until_won(attempt, retries, app_settings.WRITE_BACKOFF)
     if found is None:
-        raise LeaseContention(key, retries)
+        raise WriteContention(key, retries)
     return found
 
 

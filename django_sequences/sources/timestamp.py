@@ -15,7 +15,7 @@ from . import redisconn, writers
 # used; -2: nothing is known of this second (a new sequence, or the counter expired or was lost):
 # use the next one; -3 (n = counter): the limit would be passed. Only code >= 1 writes anything
 # but the first last-second and the writer.
-# The failover guard (I11): a writer other than this master means a replica was promoted, which
+# The writer guard (I11): a writer other than this master means a replica was promoted, which
 # may hold this second's counter at an older value (or the last second behind): this second
 # is burned ({-2, second, old writer, new writer}); the next one is new on every master.
 _COUNT = (

@@ -22,12 +22,12 @@ from ..conf import app_settings
 from ..core import retry
 from ..exceptions import (
     BackendUnavailable,
-    LeaseContention,
     SequenceNotFound,
     SerializationConflict,
+    WriteContention,
 )
 from .callers import is_conflict, joins_callers_transaction
-from .connections import lease_connection, on_private
+from .connections import on_private, private_connection
 
 _T = TypeVar("_T")
 
@@ -74,9 +74,9 @@ def in_transaction(
 
         return on_private(alias, key, run)
 
-    found = retry.until_won(once, app_settings.LEASE_RETRIES, app_settings.LEASE_BACKOFF)
+    found = retry.until_won(once, app_settings.WRITE_RETRIES, app_settings.WRITE_BACKOFF)
     if found is None:
-        raise LeaseContention(key, app_settings.LEASE_RETRIES)
+        raise WriteContention(key, app_settings.WRITE_RETRIES)
     return found[0]
 
 
@@ -125,7 +125,7 @@ def _unless_locked(
 ) -> tuple[_T] | None:
     """``fn`` in one committed transaction on SQLite's private connection if the write lock
     can be had at once (``busy_timeout`` 0 for this transaction); else None, rolled back."""
-    with lease_connection(alias).use_if_free() as w:
+    with private_connection(alias).use_if_free() as w:
         if w is None:
             return None  # another thread has it: it may wait for the lock the caller holds
         raw = w.connection
@@ -181,7 +181,7 @@ def _in_savepoint(
             ) from exc
         return (result,)
 
-    found = retry.until_won(once, app_settings.LEASE_RETRIES, app_settings.LEASE_BACKOFF)
+    found = retry.until_won(once, app_settings.WRITE_RETRIES, app_settings.WRITE_BACKOFF)
     if found is None:
-        raise LeaseContention(key, app_settings.LEASE_RETRIES)
+        raise WriteContention(key, app_settings.WRITE_RETRIES)
     return found[0]

@@ -1,4 +1,4 @@
-"""The failover guard on worker-id leases (invariant I11, ``sources/writers.py``), and the
+"""The writer guard on worker-id leases (invariant I11, ``sources/writers.py``), and the
 statements the database store (``sources/workers.py``) runs on the private connection for
 it and for itself. The Redis store's half of the guard lives in its scripts
 (``sources/redisworkers.py``).
@@ -20,7 +20,7 @@ values twice. So:
   or renew of the namespace that sees one **fences the namespace**, before handing anything
   out: every row of it not written by this server gets ``writer`` = this server,
   ``expires_at`` = at least the database's now + :func:`fence_seconds` (a lease TTL, so every
-  holder's local deadline has passed, and at least ``FAILOVER_MARGIN_SECONDS``),
+  holder's local deadline has passed, and at least ``WRITER_GUARD_MARGIN_SECONDS``),
   ``last_timestamp`` = max(``last_timestamp``, the caller's tick) + the margin in the
   strategy's ticks (:func:`margin_ticks`; a holder on the old server may have persisted that
   much more before the failover), ``renewed_at`` = NULL (the mark of a fence), its owner kept.
@@ -39,8 +39,8 @@ values twice. So:
   acquisition itself was lost, the row does not name it and its renewal fails as before. A
   release does not pass a fence (the row stays fenced until it expires).
 * While nothing can be acquired because of a fence, ``acquire`` raises
-  :class:`~django_sequences.exceptions.WorkerLeaseLost` saying so.
-* ``FAILOVER_GUARD = False`` turns the fences off (``writer`` is still recorded).
+  :class:`~django_sequences.exceptions.WorkerClaimLost` saying so.
+* ``WRITER_GUARD = False`` turns the fences off (``writer`` is still recorded).
 
 What the guard cannot see: a namespace all of whose rows (or whose Redis guard hash) the
 failover lost has nothing that names the old server, and is handed out as new.
@@ -83,7 +83,7 @@ FENCE_MISSING_IDS = 64
 
 
 def margin_ticks(tick: int, tick_ns: int | None = None) -> int:
-    """``FAILOVER_MARGIN_SECONDS`` in ticks of ``tick_ns`` nanoseconds (by default the unit
+    """``WRITER_GUARD_MARGIN_SECONDS`` in ticks of ``tick_ns`` nanoseconds (by default the unit
     :func:`tick_ns_of` ``tick``), at least 1: how far a fence moves ``last_timestamp`` ahead."""
     unit = tick_ns or tick_ns_of(tick)
     return max(1, math.ceil(writers.margin_seconds() * 1e9 / unit))
@@ -91,7 +91,7 @@ def margin_ticks(tick: int, tick_ns: int | None = None) -> int:
 
 def fence_seconds(ttl: float) -> float:
     """How long a fence lasts: a lease TTL (every holder's local deadline is at most that far
-    away), and at least ``FAILOVER_MARGIN_SECONDS`` (by then the ``last_timestamp`` it moved
+    away), and at least ``WRITER_GUARD_MARGIN_SECONDS`` (by then the ``last_timestamp`` it moved
     ahead is behind the clock again, so whoever takes the id next can issue at once)."""
     return max(float(ttl), writers.margin_seconds())
 

@@ -1,7 +1,7 @@
 """Worker-id leases (snowflake, and timestamp with ``counter="local"``).
 
 A process holds a worker id of a *namespace* (the sequence name), 0 … ``max_worker``, for
-``WORKER_LEASE_TTL`` seconds at a time:
+``WORKER_CLAIM_TTL`` seconds at a time:
 
 * **acquire**: take an id that has no row, was released, or expired, by optimistic lock on
   ``version`` (or a unique INSERT), on the private connection (committed at once, whatever the
@@ -23,7 +23,7 @@ owner uuid: it acquires its own id (I3), never its parent's, and never releases 
 A generator holds its lease through a :class:`~django_sequences.core.workerslot.WorkerSlot`
 over either store (:func:`slot_for`).
 
-The failover guard (invariant I11): every acquire, renew and release records the server that
+The writer guard (invariant I11): every acquire, renew and release records the server that
 wrote the row, and a namespace last written by another server is fenced for a lease TTL before
 anything of it is handed out; see ``sources/workerguard.py``, which holds the fence and the
 statements this store runs on the private connection.
@@ -50,7 +50,7 @@ from ..core import retry
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.heartbeat import default_heartbeat, shutdown
 from ..core.workerslot import StoreGrant, WorkerSlot, WorkerStore, shared_floor
-from ..exceptions import WorkerLeaseLost
+from ..exceptions import WorkerClaimLost
 from . import redisconn, writers
 from .connections import insert, on_private, resolve_alias, select
 from .redisworkers import RedisWorkerStore
@@ -116,13 +116,13 @@ class WorkerLeaseManager(models.Manager[Any]):
         ``last_timestamp`` becomes ``max(last_timestamp, ahead)``. With ``shared_cap``, the
         grant carries the namespace's :func:`shared_floor` as read in the same round trip.
 
-        First, a namespace with a row another server wrote is fenced (the failover guard, see
-        ``sources/workerguard.py``); raises :class:`WorkerLeaseLost` when no id is free because of
+        First, a namespace with a row another server wrote is fenced (the writer guard, see
+        ``sources/workerguard.py``); raises :class:`WorkerClaimLost` when no id is free because of
         a fence.
         """
         alias = resolve_alias(using)
-        rounds: int = app_settings.LEASE_RETRIES
-        backoff: float = app_settings.LEASE_BACKOFF
+        rounds: int = app_settings.WRITE_RETRIES
+        backoff: float = app_settings.WRITE_BACKOFF
         for attempt in range(rounds):
             found, contended, fenced = on_private(
                 alias,
@@ -132,17 +132,17 @@ class WorkerLeaseManager(models.Manager[Any]):
                 ),
             )
             if found is None and not contended and fenced is not None:
-                raise WorkerLeaseLost(
+                raise WorkerClaimLost(
                     f"Could not acquire a worker id of {namespace!r}: database {alias!r} was "
                     f"taken over by another server (a failover), so the ids whose holders may "
                     f"still be issuing are fenced until {fenced.isoformat()} (by the "
-                    f"database's clock; FAILOVER_GUARD, FAILOVER_MARGIN_SECONDS), and every "
+                    f"database's clock; WRITER_GUARD, WRITER_GUARD_MARGIN_SECONDS), and every "
                     f"other id is held."
                 )
             if found is not None or not contended:
                 return found
             time.sleep(retry.delay(attempt + 1, backoff))  # nothing held (core/retry.py)
-        raise WorkerLeaseLost(
+        raise WorkerClaimLost(
             f"Could not acquire a worker id of {namespace!r}: other processes took every free "
             f"one first, {rounds} times in a row."
         )
@@ -259,7 +259,7 @@ class WorkerLeaseManager(models.Manager[Any]):
     ) -> int | None:
         """Extend a lease that is still ours; its new version, or None if it is not ours.
 
-        Failover guard: a row another server wrote fences the namespace first (ids with no
+        Writer guard: a row another server wrote fences the namespace first (ids with no
         row up to ``max_worker``, if given); the holder's renewal then passes the fence while
         ``alive()`` (its lease is live by its own clock) holds before and after the round
         trip, whatever its ``version`` says (None: always).
@@ -488,7 +488,7 @@ def slot_for(
         namespace,
         max_worker,
         backend,
-        ttl=app_settings.WORKER_LEASE_TTL,
+        ttl=app_settings.WORKER_CLAIM_TTL,
         clock=clock,
         unit_ns=unit_ns,
     )

@@ -1,4 +1,4 @@
-"""The failover guard (invariant I11): who last moved a counter, and how far ahead to move it
+"""The writer guard (invariant I11): who last moved a counter, and how far ahead to move it
 when another server now answers.
 
 Asynchronous replication (PostgreSQL's default streaming, MariaDB/MySQL replicas, every Redis
@@ -29,7 +29,7 @@ that moves a session to another server cannot hide the change):
 The margin: a counter row records its *pace*, the most values leased from it within one
 second (per second of the leasing host's clock). What the old primary leased and lost was
 leased within the replication lag before it died, so at most ``pace * (lag + 1)`` values;
-``FAILOVER_MARGIN_SECONDS`` (default 30) is the lag assumed. A row with no recorded pace
+``WRITER_GUARD_MARGIN_SECONDS`` (default 30) is the lag assumed. A row with no recorded pace
 moves ahead by one step at least. Stores that keep a high-water mark in the database (the
 ``redis`` and ``redis_segment`` strategies) need no margin on a Redis failover: their
 counter restarts above that mark.
@@ -69,13 +69,13 @@ local me = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)'
 
 
 def enabled() -> bool:
-    """``DJANGO_SEQUENCES["FAILOVER_GUARD"]`` (default True); read on every Redis increment."""
-    return bool(app_settings.FAILOVER_GUARD)
+    """``DJANGO_SEQUENCES["WRITER_GUARD"]`` (default True); read on every Redis increment."""
+    return bool(app_settings.WRITER_GUARD)
 
 
 def margin_seconds() -> float:
-    """``DJANGO_SEQUENCES["FAILOVER_MARGIN_SECONDS"]``: the replication lag the margin covers."""
-    return float(app_settings.FAILOVER_MARGIN_SECONDS)
+    """``DJANGO_SEQUENCES["WRITER_GUARD_MARGIN_SECONDS"]``: the replication lag covered."""
+    return float(app_settings.WRITER_GUARD_MARGIN_SECONDS)
 
 
 def margin(pace: int, floor: int = 1) -> int:
@@ -222,7 +222,7 @@ def record_jump(
         _jumps.append(jump)
         _jump_count += 1
     log.warning(
-        "Failover guard: counter %r on %s was last moved by writer %s, but %s answers now (a "
+        "Writer guard: counter %r on %s was last moved by writer %s, but %s answers now (a "
         "failover to a replica that may have missed the last leases): moved it ahead from %s "
         "to %s before issuing.",
         key,

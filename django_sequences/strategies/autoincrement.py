@@ -57,7 +57,7 @@ class AutoIncrementStrategy(Strategy):
 
 def create_tables(spec: SequenceSpec, alias: str, *, dry_run: bool = False) -> list[str]:
     """Create the missing tables of autoincrement sequence ``spec`` (validated first), and
-    their failover-guard records; what was (or would be) created, as ``alias.table``.
+    their writer-guard records; what was (or would be) created, as ``alias.table``.
     Idempotent. The ``sequences_create_tables`` command and provisioning call it; so may a
     migration's ``RunPython``."""
     strategy = AutoIncrementStrategy()

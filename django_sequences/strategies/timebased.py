@@ -126,7 +126,7 @@ def build_leased(
         alias=alias,
         redis_alias=strategy.option(spec, "redis_alias"),
         clock=clock,
-        # the failover guard moves a fenced lease's last_timestamp ahead in these units
+        # the writer guard moves a fenced lease's last_timestamp ahead in these units
         unit_ns=getattr(layout, "unit_ns", 1_000_000_000),
     )
     return generator(
