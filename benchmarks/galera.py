@@ -1,5 +1,5 @@
 """A private MariaDB Galera cluster on loopback for :mod:`benchmarks.failover` (scenario ``f``)
-and ``tests/test_galera.py``.
+and ``tests/faults/test_galera.py``.
 
 :class:`GaleraCluster` makes ``n`` nodes (3 by default) of MariaDB with the Galera 4 provider
 (``/usr/lib/galera/libgalera_smm.so``), each in a directory of its own under one temporary

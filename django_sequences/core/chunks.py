@@ -56,7 +56,7 @@ windows, but a process still on the old master refills it from the row too, appe
 the new master may also get; run Sentinel with ``min-replicas-to-write`` so an isolated master
 stops taking writes.
 
-Fault table (what a process sees; ``tests/test_redis_segment.py`` measures each row):
+Fault table (what a process sees; ``tests/strategies/test_redis_segment.py`` measures each row):
 
 ===========  ======================================================================
 down         what happens

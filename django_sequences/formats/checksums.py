@@ -24,7 +24,8 @@ jd          0-9           about 93 % (misses      about 92 % (misses 8 %)
                           6.6 %)
 ==========  ============  ======================  ===========================================
 
-The figures for ``jd`` are measured (``tests/test_checksums.py`` pins them); see :class:`JD`.
+The figures for ``jd`` are measured (``tests/numbers/test_checksums.py`` pins them); see
+:class:`JD`.
 """
 
 from __future__ import annotations
@@ -264,7 +265,7 @@ class JD(_Algorithm):
     digits (each residue shares its last digit with 2 or 3 of the other 30), so an error in the
     number goes unnoticed about 7 % of the time.
     Measured over random numbers of 6 to 16 digits with their check, every substitution and
-    every swap of neighbours (``tests/test_checksums.py`` pins the bounds):
+    every swap of neighbours (``tests/numbers/test_checksums.py`` pins the bounds):
 
     - single-digit substitutions: 6.6 % missed overall; 7.2 % of those in the number itself
       (a changed check digit is always caught);

@@ -12,7 +12,7 @@ is one more function and one more row there. The reusable parts (the ``name`` pa
 error answers, headers, schemas: ``http/schemas.py``) are in ``components`` and referenced
 with :func:`ref`.
 Everything here describes what ``views.py``, ``bodies.py`` and ``plumbing.py`` really do;
-``tests/test_openapi.py`` runs schemathesis against the live views to keep it so.
+``tests/surfaces/test_openapi.py`` runs schemathesis against the live views to keep it so.
 """
 
 from __future__ import annotations
