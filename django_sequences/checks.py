@@ -29,7 +29,8 @@ from .core.validation import check_bounds, check_name
 from .definitions import check_voided
 from .exceptions import ConfigurationError, InvalidDefinition, InvalidName, SequenceError
 from .fields import SequenceField
-from .formats.template import compile, part_name_for, part_name_problem, unregistered_parts
+from .formats.parts import part_name_for, part_name_problem, unregistered_parts
+from .formats.template import compile
 from .plugins import build_plugins
 from .sources.connections import resolve_alias
 from .strategies import Strategy, validate

@@ -18,7 +18,8 @@ from .conf import SETTING
 from .core.base import SequenceSpec
 from .exceptions import ConfigurationError, InvalidDefinition
 from .formats.obfuscation import sequence_key
-from .formats.template import compile, part_name_problem
+from .formats.parts import part_name_problem
+from .formats.template import compile
 
 if TYPE_CHECKING:
     from .formats.template import Template

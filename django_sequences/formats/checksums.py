@@ -303,7 +303,7 @@ def get(name: str) -> CheckAlgorithm:
         ) from None
 
 
-# --- fast forms for compiled templates (formats/template.py) ------------------------------
+# --- fast forms for compiled templates (formats/parts.py, formats/compiler.py) ------------
 
 
 @dataclass(frozen=True)

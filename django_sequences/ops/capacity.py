@@ -283,7 +283,7 @@ def _counters(spec: SequenceSpec, now: datetime) -> list[_Counter]:
         if period is not None:
             base = period_key(spec.name, template.period_stamp(now, period=period))
             period_end = _period_end(period, template.period_tz, now)
-        seq = template._seq  # the sequence part: its width is the bound (formats/template.py)
+        seq = template._seq  # the sequence part: its width is the bound (formats/parts.py)
         if seq.limit < BIGINT_MAX:
             # a sharded strict sequence shows counter * shards + shard
             top = (seq.limit - shards + 1) // shards

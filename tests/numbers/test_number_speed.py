@@ -19,7 +19,7 @@ from django.test import override_settings
 from django_sequences import next_number, next_numbers, parse_number
 from django_sequences import numbers as numbers_module
 from django_sequences.exceptions import InvalidKey
-from django_sequences.formats.template import CustomPart, RenderContext
+from django_sequences.formats.parts import CustomPart, RenderContext
 from django_sequences.models import Sequence
 from django_sequences.signals import number_issued
 from tests.support.issuing import rows
@@ -145,12 +145,17 @@ def test_the_signal_is_sent_only_with_a_receiver() -> None:
     ]
 
 
-def test_issuing_is_one_compiled_function_calling_the_generator() -> None:
+def test_issuing_takes_one_value_a_number_and_renders_it_as_the_template_does() -> None:
     Sequence.objects.define("compiled", template="SO{date:%Y%m%d}{seq:08}{check:luhn}")
-    next_number("compiled")
-    source = getattr(numbers_module.issuer("compiled").issue_one, "__source__", "")
-    assert "value = gen.next()" in source and "D4[v0]" in source
-    assert "if signal.receivers:" in source
+    clock = clocked("compiled", datetime(2026, 11, 22, 12, tzinfo=SHANGHAI).timestamp())
+    numbers = [next_number("compiled") for _ in range(5)]
+    values = [parse_number("compiled", n)["seq"] for n in numbers]
+    assert values == list(range(values[0], values[0] + 5))
+    template = numbers_module.issuer("compiled").template
+    assert numbers == [template.render(v, now=clock.t) for v in values]
+    assert all(n.startswith("SO20261122") and len(n) == 19 for n in numbers)
+    many = next_numbers("compiled", 3)
+    assert [parse_number("compiled", n)["seq"] for n in many] == [values[-1] + k for k in (1, 2, 3)]
 
 
 def test_a_template_with_a_custom_part_issues_through_the_same_function() -> None:

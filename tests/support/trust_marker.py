@@ -3,7 +3,7 @@ definitions that must be refused, and assert it is still absent from ``sys.modul
 
 from __future__ import annotations
 
-from django_sequences.formats.template import CustomPart, RenderContext
+from django_sequences.formats.parts import CustomPart, RenderContext
 from django_sequences.strategies import SegmentStrategy
 
 

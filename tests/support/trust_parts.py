@@ -4,7 +4,7 @@ imports this module but a registration)."""
 from __future__ import annotations
 
 from django_sequences.exceptions import TemplateError
-from django_sequences.formats.template import CustomPart, RenderContext
+from django_sequences.formats.parts import CustomPart, RenderContext
 
 
 class Region(CustomPart):
