@@ -21,7 +21,7 @@ from .definitions import refusals
 from .exceptions import InvalidDefinition, InvalidName, TemplateError
 from .formats.obfuscation import new_salt
 from .managers import SegmentManager, SequenceManager
-from .sources.workers import WorkerLeaseManager
+from .sources.workers import WorkerClaimManager
 from .sources.writers import WRITER_LENGTH
 from .strategies import validate
 from .tokens import ApiToken as ApiToken  # defined there, a model of this app like the rest
@@ -541,7 +541,7 @@ class WorkerLease(models.Model):
         help_text=_("The database server that last wrote this lease (writer guard)."),
     )
 
-    objects = WorkerLeaseManager()
+    objects = WorkerClaimManager()
 
     class Meta:
         verbose_name = _("worker lease")

@@ -2,7 +2,7 @@
 mark the reservations past their ``expires_at`` expired.
 
 A thin wrapper over :meth:`WorkerLease.objects.reap
-<django_sequences.sources.workers.WorkerLeaseManager.reap>` (database worker store; leases in
+<django_sequences.sources.workers.WorkerClaimManager.reap>` (database worker store; leases in
 Redis expire by themselves) and ``ops.maintenance.expire_reservations``.
 """
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.conf import settings
 from django.core.cache import caches
 
-from ..conf import app_settings
-from ..core import forking
-from ..exceptions import BackendUnavailable, ConfigurationError
+from ...conf import app_settings
+from ...core import forking
+from ...exceptions import BackendUnavailable, ConfigurationError
 
 if TYPE_CHECKING:
     from redis import Redis
