@@ -65,7 +65,7 @@ class SequenceOverview:
     #: values issued per minute over the last :data:`RATE_MINUTES` minutes (from
     #: ``django_sequences.ops.stats``); None when the statistics are not available
     rate: float | None
-    #: live worker-id leases of its namespace (snowflake, timestamp: database worker store)
+    #: live worker-id claims of its namespace (snowflake, timestamp: database worker store)
     leases: int
     #: hosts holding them, sorted
     hosts: tuple[str, ...] = field(default=())
@@ -135,7 +135,7 @@ def overview(
     holders: dict[str, list[str]] = {}
     for namespace, host in (
         WorkerLease.objects.using(alias)
-        # held leases only: a row fenced by the writer guard has no owner (sources/workers/guard.py)
+        # held claims only: a row fenced by the writer guard has no owner (sources/workers/guard.py)
         .filter(namespace__in=order, expires_at__gt=now)
         .exclude(owner_uuid="")
         .values_list("namespace", "owner_host")

@@ -1,6 +1,6 @@
-"""The ``timestamp`` strategy: ``int(strftime(format)) * 10**digits + counter`` in UTC,
-counted in Redis (one round trip per call) or in-process under a worker-id lease. Logic in
-``core/timestamp.py``."""
+"""The per-second counters of the ``timestamp`` strategy (``int(strftime(format)) * 10**digits +
+counter`` in UTC) when they are counted in Redis: one script, one round trip per call. The
+generator, and the in-process counter under a worker-id claim, are ``core/timestamp.py``."""
 
 from __future__ import annotations
 

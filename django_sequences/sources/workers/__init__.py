@@ -42,8 +42,7 @@ from .database import DatabaseWorkerStore, ReapedClaim, WorkerClaimManager
 from .guard import FENCE_MISSING_IDS, db_now, fence_seconds, margin_ticks
 from .redis import RedisWorkerStore
 
-#: The names before claims were called claims (``WorkerLease.objects.reap`` returns
-#: :class:`ReapedClaim`).
+#: The names from before worker ids were claimed, kept for callers and docs that use them.
 WorkerLeaseManager = WorkerClaimManager
 ReapedLease = ReapedClaim
 
