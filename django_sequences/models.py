@@ -21,7 +21,7 @@ from .definitions import refusals
 from .exceptions import InvalidDefinition, InvalidName, TemplateError
 from .formats.obfuscation import new_salt
 from .managers import SegmentManager, SequenceManager
-from .sources.workers import WorkerLeaseManager
+from .sources.workers import WorkerClaimManager
 from .sources.writers import WRITER_LENGTH
 from .strategies import validate
 from .tokens import ApiToken as ApiToken  # defined there, a model of this app like the rest
@@ -512,7 +512,8 @@ class IssueStat(models.Model):
 
 
 class WorkerLease(models.Model):
-    """A worker id held by one process for a while (snowflake and timestamp strategies).
+    """A worker id claimed by one process for a while (snowflake and timestamp strategies): a
+    worker-id claim (the model keeps its first name, for fixtures and permissions).
 
     A process acquires a free or expired id, renews it from a heartbeat thread before
     ``expires_at`` and releases it on a clean exit. ``last_timestamp`` is the time (in the
@@ -538,14 +539,14 @@ class WorkerLease(models.Model):
         max_length=WRITER_LENGTH,
         blank=True,
         default="",
-        help_text=_("The database server that last wrote this lease (writer guard)."),
+        help_text=_("The database server that last wrote this claim (writer guard)."),
     )
 
-    objects = WorkerLeaseManager()
+    objects = WorkerClaimManager()
 
     class Meta:
-        verbose_name = _("worker lease")
-        verbose_name_plural = _("worker leases")
+        verbose_name = _("worker-id claim")
+        verbose_name_plural = _("worker-id claims")
         ordering = ["namespace", "worker_id"]
         constraints = [
             models.UniqueConstraint(

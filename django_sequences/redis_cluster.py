@@ -19,7 +19,7 @@ replica is promoted::
     DJANGO_SEQUENCES = {"REDIS_ALIAS": "sequences"}
 
 Every script of the redis strategies touches one key (the ``redis`` counter, the
-``redis_segment`` window) or keys sharing one hash tag (the worker leases of one sequence,
+``redis_segment`` window) or keys sharing one hash tag (the worker-id claims of one sequence,
 ``…workers:{name}:…``), so a cluster never refuses one with ``CROSSSLOT``. Use this alias for
 the sequences only: django-redis's cache operations over several keys (``get_many``,
 ``delete_pattern``) are not cluster-aware. See docs/scaling.md.

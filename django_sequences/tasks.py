@@ -127,12 +127,12 @@ def prewarm(
 
 @_task(HEARTBEAT)
 def heartbeat() -> list[dict[str, Any]]:
-    """Renew, synchronously, the worker leases held by the worker process that runs it (its
+    """Renew, synchronously, the worker-id claims held by the worker process that runs it (its
     snowflake and local-counter timestamp generators), persisting each generator's bound
     (``last_timestamp``): one pass of the heartbeat thread.
 
     It does not replace the thread, which keeps running: a message reaches one process, not
-    every process of every worker (docs/celery.md). Safe twice: renewals of a lease are
+    every process of every worker (docs/celery.md). Safe twice: renewals of a claim are
     serialised by its generator and conditional on the owner and version; renewing twice
     extends twice."""
     from .ops import maintenance  # it imports models; the Celery app imports tasks before setup()
@@ -142,11 +142,11 @@ def heartbeat() -> list[dict[str, Any]]:
 
 @_task(REAP)
 def reap_worker_leases(using: str | None = None) -> list[dict[str, Any]]:
-    """Release the worker leases that expired by the database's clock, keeping their
+    """Release the worker-id claims that expired by the database's clock, keeping their
     ``last_timestamp``, and mark the reservations past their ``expires_at`` expired
     (``ops.maintenance.expire_reservations``; logged, the result stays the released leases).
     Safe twice: each release is a conditional update on the version and
-    expiry read, so of two concurrent runs one releases a row, and a renewed lease is left
+    expiry read, so of two concurrent runs one releases a row, and a renewed claim is left
     alone (``WorkerLease.objects.reap``)."""
     from .models import WorkerLease  # the Celery app imports tasks before django.setup()
     from .ops import maintenance  # as above

@@ -1,13 +1,13 @@
 """The ModelAdmins and their registration: sequences (with the live preview, the status page and
-the "Reset series" action), their counter rows (with "set value"), worker leases, series marks,
+the "Reset series" action), their counter rows (with "set value"), worker-id claims, series marks,
 counter writers, issued numbers, statistics and API tokens.
 
 Extra views hang off each ``ModelAdmin.get_urls()`` (as django-simple-history does):
 
 * ``sequence/preview/`` - JSON: the next values (and numbers) of a definition as typed in the
   change form (:mod:`.preview`); a POST, for users who may save the definition.
-* ``sequence/<id>/status/`` - the figures, the counter rows, the worker leases and an SVG chart
-  of values issued per minute (:mod:`.charts`, :mod:`.leases`).
+* ``sequence/<id>/status/`` - the figures, the counter rows, the worker-id claims and an SVG chart
+  of values issued per minute (:mod:`.charts`, :mod:`.claims`).
 * ``segment/<id>/set-value/`` - superusers only: raise a row's ``value`` (a gap) after a
   confirmation page (the counter rows' ModelAdmin is in :mod:`.rows`).
 """
@@ -57,6 +57,7 @@ from ..ops.capacity import capacity
 from ..ops.overview import WRAPPERS, partition_health
 from ..tokens import TOKEN_LIMITS
 from .charts import Fill, chart_hours, fill, fill_bar, rate_per_minute, status_figures
+from .claims import claim_expired, claim_holder, claim_info, database_now, duration_text
 from .columns import (
     attach_figures,
     count_html,
@@ -71,7 +72,6 @@ from .columns import (
 )
 from .crumbs import breadcrumbs
 from .forms import ApiTokenForm, SequenceForm, for_people
-from .leases import database_now, duration_text, lease_expired, lease_holder, lease_info
 from .preview import (
     DEFINING_FIELDS,
     EXACT_ROWS,
@@ -308,7 +308,7 @@ class SequenceAdmin(admin.ModelAdmin):
         hours = chart_hours(request.GET)
         using = obj._state.db or "default"
         rows = list(Segment.objects.using(using).filter(sequence=obj).order_by("key"))
-        worker_leases = list(WorkerLease.objects.using(using).filter(namespace=obj.name))
+        worker_claims = list(WorkerLease.objects.using(using).filter(namespace=obj.name))
         db_time = database_now(using)
         has_rows = obj.strategy in EXACT_ROWS | MARK_ROWS
         current = max((r.value for r in rows), default=None) if has_rows else None
@@ -334,7 +334,7 @@ class SequenceAdmin(admin.ModelAdmin):
                 )
                 for r in rows
             ],
-            "leases": [lease_info(lease, db_time) for lease in worker_leases],
+            "claims": [claim_info(claim, db_time) for claim in worker_claims],
             "partitions": (
                 [
                     {**p, "remaining_html": count_html(p.get("remaining"))}
@@ -381,7 +381,7 @@ class CounterWriterAdmin(ReadOnlyAdmin):
 
 @admin.register(WorkerLease)
 class WorkerLeaseAdmin(ReadOnlyAdmin):
-    """Worker-id leases: read-only, with an action releasing expired ones."""
+    """Worker-id claims: read-only, with an action releasing expired ones."""
 
     list_display = (
         "namespace",
@@ -395,7 +395,7 @@ class WorkerLeaseAdmin(ReadOnlyAdmin):
     )
     list_filter = ("namespace",)
     search_fields = ("namespace", "owner_host", "owner_uuid")
-    actions = ["release_expired_leases"]
+    actions = ["release_expired_claims"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerLease]:
         using = router.db_for_read(WorkerLease)
@@ -419,7 +419,7 @@ class WorkerLeaseAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("holder"))
     def holder(self, obj: WorkerLease) -> str:
-        return lease_holder(obj, self._now(obj))
+        return claim_holder(obj, self._now(obj))
 
     @admin.display(description=_("age"), ordering="acquired_at")
     def age(self, obj: WorkerLease) -> str:
@@ -429,30 +429,30 @@ class WorkerLeaseAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("expired"), boolean=True)
     def expired(self, obj: WorkerLease) -> bool:
-        return lease_expired(obj, self._now(obj))
+        return claim_expired(obj, self._now(obj))
 
     @admin.action(
-        description=_("Release expired leases of the selected leases' namespaces"),
+        description=_("Release expired claims of the selected claims' namespaces"),
         permissions=["release"],
     )
-    def release_expired_leases(self, request: HttpRequest, queryset: QuerySet[WorkerLease]) -> None:
-        """``WorkerLease.objects.reap()`` for each namespace of the selection: every lease
+    def release_expired_claims(self, request: HttpRequest, queryset: QuerySet[WorkerLease]) -> None:
+        """``WorkerLease.objects.reap()`` for each namespace of the selection: every claim
         there that expired by the database's clock is released (its ``last_timestamp`` kept,
-        its ``version`` bumped); a live lease is never touched."""
+        its ``version`` bumped); a live claim is never touched."""
         namespaces = sorted(set(queryset.values_list("namespace", flat=True)))
         released = []
         for namespace in namespaces:
             released += WorkerLease.objects.reap(namespace=namespace, using=queryset.db)
         if released:
             names = ", ".join(f"{r.namespace}#{r.worker_id}" for r in released)
-            message = _("Released %(n)s expired lease(s): %(names)s.")
+            message = _("Released %(n)s expired claim(s): %(names)s.")
             self.message_user(
                 request, message % {"n": len(released), "names": names}, messages.SUCCESS
             )
         else:
             self.message_user(
                 request,
-                _("No expired lease to release: live leases are left alone."),
+                _("No expired claim to release: live claims are left alone."),
                 messages.INFO,
             )
 

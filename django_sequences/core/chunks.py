@@ -1,6 +1,6 @@
 """Chunks from a shared window, the refill logic behind the ``redis_segment`` strategy.
-Pure Python: the window store (a Redis hash in production, see ``sources/redis.py``) and the
-database lease come in as objects.
+Pure Python: the window store (a Redis hash in production, see ``sources/redis/counters.py``)
+and the database lease come in as objects.
 
 Three tiers:
 

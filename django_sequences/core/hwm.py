@@ -1,10 +1,10 @@
 """The high-water-mark generator behind the ``redis`` strategy. Pure Python: the counter store
-(Redis in production, see ``sources/redis.py``) and the database lease come in as objects.
+(Redis in production, see ``sources/redis/counters.py``) and the database lease come in as objects.
 
 Values come from one shared counter, advanced atomically (``INCRBY``): one round trip a value,
 and a batch of n is one ``INCRBY n`` returned as a range. (The Redis store runs every increment,
 of one value or a batch, in one script that refuses to pass ``max_value`` and compares the
-counter's writer with the server's, see ``sources/redis.py``.) The counter lives in a store
+counter's writer with the server's, see ``sources/redis/counters.py``.) The counter lives in a store
 that may lose it (Redis without persistence: a restart, ``FLUSHALL``, eviction, expiry) or,
 after a failover, hold it at an older value (below). What makes that loss harmless is a
 **high-water mark (hwm)** kept in the database *ahead of use*: the sequence's counter row ``R``

@@ -3,8 +3,8 @@ growing back-off, *outside* whatever lock the attempt held (a sleeping retry mus
 other leases that share a connection lock).
 
 ``WRITE_RETRIES`` attempts in all; before attempt k+1 a random time up to
-``WRITE_BACKOFF * 2**min(k, 8)`` (docs/settings.md). Counter rows (``sources/rows.py``) and worker
-leases (``sources/workers.py``) both use it.
+``WRITE_BACKOFF * 2**min(k, 8)`` (docs/settings.md). Counter rows (``sources/rows.py``) and
+worker-id claims (``sources/workers/database.py``) both use it.
 """
 
 from __future__ import annotations

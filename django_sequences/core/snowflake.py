@@ -1,7 +1,7 @@
 """Snowflake ids: ``time << (worker_bits + sequence_bits) | worker << sequence_bits | sequence``.
 
 Pure logic: the layout (validated to fit 63 bits, so values are positive BIGINTs) and the
-generator, a :class:`~django_sequences.core.ticks.LeasedTickGenerator` whose ticks are
+generator, a :class:`~django_sequences.core.ticks.ClaimedTickGenerator` whose ticks are
 milliseconds or seconds since the layout's epoch. See ``core/ticks.py`` for how a worker id is
 held and why values are never issued twice (I4).
 """
@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..exceptions import ClockMovedBackwards, InvalidDefinition, InvalidKey, SequenceExhausted
-from .ticks import LeasedTickGenerator, Slot
+from .ticks import ClaimedTickGenerator, Slot
 from .validation import shown
 
 UNITS: dict[str, int] = {"ms": 1_000_000, "s": 1_000_000_000}
@@ -281,7 +281,7 @@ class Layout:
         }
 
 
-class SnowflakeGenerator(LeasedTickGenerator):
+class SnowflakeGenerator(ClaimedTickGenerator):
     """Snowflake ids for one process. A full millisecond (or second) waits for the next."""
 
     strategy = "snowflake"

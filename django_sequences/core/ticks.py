@@ -1,22 +1,22 @@
-"""Values made of (time tick, worker id, counter) under a worker-id lease: the engine behind the
+"""Values made of (time tick, worker id, counter) under a worker-id claim: the engine behind the
 snowflake strategy and the timestamp strategy's ``counter="local"`` mode. Pure Python.
 
 A value is ``base(tick, worker) + counter`` where ``counter`` runs from ``first`` to ``cap`` within
 one tick (a tick is a millisecond or a second since the Unix epoch). Uniqueness across processes
 rests on two things (invariant I4):
 
-* **A live lease.** The worker id comes from a lease (:class:`WorkerSlot`, see
-  ``sources/workers.py``) that expires ``ttl`` seconds after its last renewal, judged by the
+* **A live claim.** The worker id comes from a claim (:class:`WorkerSlot`, see ``core/workers.py``
+  and ``sources/workers/``) that expires ``ttl`` seconds after its last renewal, judged by the
   store's clock. This process stops issuing at ``deadline`` = (monotonic time taken *before* the
   renewal's round trip) + ``ttl`` - ``margin``, so it stops before any other process can take the
   id over. The deadline is checked on every call (the fast path's through ``end``, below).
   Past it, the generator renews (same id, if nobody took it) or acquires another id, or
   raises :class:`~django_sequences.exceptions.WorkerClaimLost`; it issues nothing meanwhile.
 * **A persisted bound.** Values use only ticks <= ``ahead``, a tick that was written to the
-  lease (``last_timestamp``) by a successful conditional renewal *before* any value used it
+  claim (``last_timestamp``) by a successful conditional renewal *before* any value used it
   (``ahead`` = now + a window of at most 1 s, pushed forward by the heartbeat, or synchronously
   when passed). Whoever acquires the id next starts strictly after that tick: a clock that went
-  back, a restart, a process paused past its lease (even one that resumes in the middle of
+  back, a restart, a process paused past its claim (even one that resumes in the middle of
   ``next()``) can never produce a value the next owner also produces.
 
 Within the process the tick never goes back: a clock that went back by up to
@@ -26,7 +26,7 @@ Within the process the tick never goes back: a clock that went back by up to
 The fast path (GIL builds) takes no lock and reads one clock. The current tick's state is one
 immutable tuple ``(end, values, base, tick)``: ``values`` iterates over the tick's values left
 (a range iterator: ``next()`` on it is atomic under the GIL), ``end`` is the earlier of the
-tick's end and the lease deadline on the *monotonic* clock (ns), worked out under ``_lock`` when
+tick's end and the claim deadline on the *monotonic* clock (ns), worked out under ``_lock`` when
 the tuple is made (the monotonic clock read first, so it errs early). A call reads the tuple,
 reads the monotonic clock, compares, and returns ``next(values)``: no value at or past the
 deadline, whatever the wall clock does. A step of the wall clock is seen when the tick ends on
@@ -37,7 +37,7 @@ path under ``_lock``, which re-reads both clocks and replaces the tuple only by 
 renewal, or while the wall clock is still in that tick); so one live iterator per tick ever
 exists, and two threads never get the same counter in one tick. (A thread that read the
 tuple just before it was replaced may still take a value of the old tick: it is unique, and
-below the persisted bound.) Lease I/O runs under ``_io``, never under ``_lock``. Free-threaded
+below the persisted bound.) Claim I/O runs under ``_io``, never under ``_lock``. Free-threaded
 builds (no GIL) and strategies that need all-or-nothing batches (``locked=True``) run the same
 steps under ``_lock``.
 """
@@ -66,7 +66,7 @@ log = logging.getLogger("django_sequences.workers")
 #: True where ``next()`` on a range iterator is atomic (a GIL build).
 LOCK_FREE: bool = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
-#: The persisted bound runs this far ahead of the clock (capped at half the lease TTL).
+#: The persisted bound runs this far ahead of the clock (capped at half the claim TTL).
 AHEAD_SECONDS = 1.0
 
 #: 10000-01-01 in nanoseconds since the Unix epoch: no tick of a clock in the generator's unit
@@ -98,7 +98,7 @@ class Renewal:
 
 
 class Slot(Protocol):
-    """One process's lease on a worker id of one namespace (``core.workerslot.WorkerSlot``).
+    """One process's claim on a worker id of one namespace (``core.workers.WorkerSlot``).
 
     Its methods do I/O; the generator calls them under its ``_io`` lock only.
     """
@@ -114,7 +114,7 @@ class Slot(Protocol):
         ...
 
     def renew(self, ahead: int) -> Renewal | None:
-        """Extend the lease and persist ``ahead``; None when the lease is no longer ours."""
+        """Extend the claim and persist ``ahead``; None when the claim is no longer ours."""
         ...
 
     def release(self, last: int | None) -> None:
@@ -122,7 +122,7 @@ class Slot(Protocol):
         ...
 
     def forget(self) -> None:
-        """Drop the lease locally, without I/O (it will expire)."""
+        """Drop the claim locally, without I/O (it will expire)."""
         ...
 
     def describe(self) -> dict[str, Any]: ...
@@ -174,7 +174,7 @@ def _is_system(clock: Clock) -> bool:
     return clock is SYSTEM_CLOCK or type(clock) is SystemClock
 
 
-_LEASE, _BACK, _FULL, _TICK = "lease", "back", "full", "tick"
+_CLAIM, _BACK, _FULL, _TICK = "claim", "back", "full", "tick"
 #: Waits for a tick end a microsecond past it (a clock read exactly at the edge may still say
 #: the previous tick).
 _PAST = 1e-6
@@ -188,7 +188,7 @@ def _lock_free_next(mono_ns: Callable[[], int]) -> Callable[[Any, None], int]:
     """The lock-free ``next`` reading the monotonic clock ``mono_ns`` (a closure: one clock for
     the class, ``time.monotonic_ns``, another per generator on an injected clock)."""
 
-    def next_value(self: LeasedTickGenerator, key: None = None) -> int:
+    def next_value(self: ClaimedTickGenerator, key: None = None) -> int:
         """One value (lock-free; see the module docstring)."""
         if key is not None:
             raise _no_key(self)
@@ -203,7 +203,7 @@ def _lock_free_next(mono_ns: Callable[[], int]) -> Callable[[Any, None], int]:
     return next_value
 
 
-class LeasedTickGenerator:
+class ClaimedTickGenerator:
     """See the module docstring. Subclasses define ``_base``, ``_on_full`` and ``explain``."""
 
     strategy: str = ""
@@ -294,7 +294,7 @@ class LeasedTickGenerator:
     #: ``SequenceHandle`` can hand out this bound method and save a call layer.
     next_takes_key: ClassVar[bool] = True
     #: No bare iterator for ``next_value`` (see ``IdGenerator.it``): a value needs the clock
-    #: read against the state's end (the tick's, or the lease deadline) first, so callers
+    #: read against the state's end (the tick's, or the claim deadline) first, so callers
     #: call ``next()``, whose fast path is that read and ``next()`` of the tick's iterator.
     it: Iterator[int] | None = None
 
@@ -349,7 +349,7 @@ class LeasedTickGenerator:
                 tick = st[3]
                 pause = 0.0
                 if self._worker is None or m >= self._deadline:
-                    action = _LEASE
+                    action = _CLAIM
                 elif t < tick:
                     action, pause = _BACK, (tick * self._unit_ns - ns) / 1e9
                 elif t < self._start:  # behind a tick the sequence reached: as a clock back
@@ -363,7 +363,7 @@ class LeasedTickGenerator:
                     action = _FULL if st[2] >= 0 else _TICK
                     pause = ((t + 1) * self._unit_ns - ns) / 1e9
                 elif t > self._ahead:
-                    action = _LEASE  # push the persisted bound first
+                    action = _CLAIM  # push the persisted bound first
                 elif count > self._room and self._all_or_nothing:
                     action = _FULL
                     pause = ((t + 1) * self._unit_ns - ns) / 1e9
@@ -380,8 +380,8 @@ class LeasedTickGenerator:
                         self._nudged = True
                         self._heartbeat.nudge(self)
                     return range(lo, lo + k)
-            if action is _LEASE:
-                self._refresh_lease()
+            if action is _CLAIM:
+                self._refresh_claim()
             elif action is _BACK:
                 waited_back += pause
                 if pause * 1000 > self._tolerance_ms or waited_back * 1000 > 2 * max(
@@ -396,7 +396,7 @@ class LeasedTickGenerator:
 
     def _end(self, m: int, ns: int, t: int) -> int:
         """Until when (monotonic ns) the fast path may serve tick ``t``: the tick's end, read
-        at monotonic ``m`` and wall ``ns``, or the lease deadline if that comes first."""
+        at monotonic ``m`` and wall ``ns``, or the claim deadline if that comes first."""
         return min(m + (t + 1) * self._unit_ns - ns, self._deadline)
 
     def _from_current(self, st: State, count: int, end: int) -> range | None:
@@ -439,10 +439,10 @@ class LeasedTickGenerator:
         # lock held (status only; late fast-path callers of the old tuple may still add a few)
         self._issued += self._used(st)
 
-    # --- leases --------------------------------------------------------------------------
+    # --- the claim -------------------------------------------------------------------------
 
-    def _refresh_lease(self) -> None:
-        """Renew (pushing the bound) or acquire a lease; raise if that is impossible."""
+    def _refresh_claim(self) -> None:
+        """Renew (pushing the bound) or acquire a claim; raise if that is impossible."""
         with self._io:
             with self._lock:
                 live = self._worker is not None and self._mono_ns() < self._deadline
@@ -461,7 +461,7 @@ class LeasedTickGenerator:
                         self._drop()
                     self._slot.forget()
                     raise WorkerClaimLost(
-                        f"Sequence {self.name!r}: this process's worker-id lease lapsed and could "
+                        f"Sequence {self.name!r}: this process's worker-id claim lapsed and could "
                         f"not be renewed, so it issues nothing: {exc}"
                     ) from exc
                 with self._lock:
@@ -472,7 +472,7 @@ class LeasedTickGenerator:
                     self._drop()
                     self._losses += 1
                 log.warning(
-                    "sequence %r: worker-id lease lost (taken over after it expired); "
+                    "sequence %r: worker-id claim lost (taken over after it expired); "
                     "acquiring another",
                     self.name,
                 )
@@ -509,7 +509,7 @@ class LeasedTickGenerator:
         self._nudged = False
 
     def _drop(self) -> None:
-        # lock held: no lease; the next value needs a new one, in a later tick
+        # lock held: no claim; the next value needs a new one, in a later tick
         self._retire(self._st)
         self._worker = None
         self._deadline = _NEVER
@@ -517,7 +517,7 @@ class LeasedTickGenerator:
         self._ahead = self._soft = -1
 
     def _beat(self) -> None:
-        """Renew the lease (heartbeat thread)."""
+        """Renew the claim (heartbeat thread)."""
         self._next_beat = time.monotonic() + self._heartbeat_interval
         self._nudged = False
         with self._io:
@@ -538,11 +538,11 @@ class LeasedTickGenerator:
                     self._renewals += 1
                     self._install_renewal(r)
         if r is None:
-            log.warning("sequence %r: worker-id lease lost (heartbeat)", self.name)
+            log.warning("sequence %r: worker-id claim lost (heartbeat)", self.name)
 
     def close(self) -> None:
         """Stop issuing and give the worker id back (called at exit; the generator acquires a
-        new lease if used again)."""
+        new claim if used again)."""
         with self._io:
             with self._lock:
                 held = self._worker is not None

@@ -8,10 +8,10 @@ Two counters:
 
 * ``redis``: one Lua script per call (one round trip) ``INCRBY``s a per-second key that expires
   after 2 s, and keeps a per-sequence key with the last second used, never going below it
-  (:class:`RedisTimestampGenerator`; the script lives in ``sources/timestamp.py``).
-* ``local``: an in-process counter with a worker id from a lease embedded,
+  (:class:`RedisTimestampGenerator`; the script lives in ``sources/redis/seconds.py``).
+* ``local``: an in-process counter with a worker id from a claim embedded,
   ``time * 10**(digits + worker_digits) + worker * 10**digits + counter``
-  (:class:`LocalTimestampGenerator`, a :class:`~django_sequences.core.ticks.LeasedTickGenerator`
+  (:class:`LocalTimestampGenerator`, a :class:`~django_sequences.core.ticks.ClaimedTickGenerator`
   ticking in seconds).
 
 Counters run from 1 to ``per_second_limit``; past it, :class:`RateLimited` is raised and
@@ -37,7 +37,7 @@ from ..exceptions import (
 from . import forking
 from .base import Status
 from .clock import SYSTEM_CLOCK, Clock
-from .ticks import LeasedTickGenerator, Slot, _is_system
+from .ticks import ClaimedTickGenerator, Slot, _is_system
 from .validation import BIGINT_MAX, shown
 
 #: Formats whose numbers grow with time, one step per second (fixed width, no separators).
@@ -164,8 +164,8 @@ class TimestampLayout:
         return out
 
 
-class LocalTimestampGenerator(LeasedTickGenerator):
-    """``counter="local"``: a per-second counter in this process, with a leased worker id."""
+class LocalTimestampGenerator(ClaimedTickGenerator):
+    """``counter="local"``: a per-second counter in this process, with a claimed worker id."""
 
     strategy = "timestamp"
     locked = True  # batches are all or nothing

@@ -12,7 +12,7 @@ The limits (``Capacity.kind``):
 * ``"time_bits"``: a snowflake's time field (``epoch + 2**time_bits`` units) or a timestamp
   format's date (``%y`` stops at 2099, or when the numbers outgrow a BIGINT): runs out by the
   clock, whatever the rate.
-* ``"worker_ids"``: the worker-id pool of a snowflake or a local-counter timestamp (leases held
+* ``"worker_ids"``: the worker-id pool of a snowflake or a local-counter timestamp (claims held
   now against ids available; database worker store only).
 
 ``used`` of a counter is what its rows have leased out (``value - min_value + 1``), which runs
@@ -200,7 +200,7 @@ def compute(
     now: datetime | None = None,
 ) -> dict[str, list[Capacity]]:
     """Every limit of each of ``specs`` (definitions on database ``alias``), tightest first,
-    by name. Reads the counter rows of the current periods, the live worker leases and (unless
+    by name. Reads the counter rows of the current periods, the live worker-id claims and (unless
     ``rates`` gives them, in values per minute) the measured rates: a few queries, plus one
     per sequence with statistics recorded in the last :data:`RATE_MINUTES` minutes.
     Definitions that do not build (a broken template, an epoch in the future) get none."""
@@ -219,7 +219,7 @@ def compute(
             pools[spec.name] = pool
     keys = [k for cs in counters.values() for c in cs for k in c.keys]
     values = _row_values(keys, alias)
-    held = _held_leases(list(pools), alias)
+    held = _held_claims(list(pools), alias)
     if rates is None:
         rate_of = rate_function(alias, now)
         wanted = [n for n, cs in counters.items() if cs]
@@ -459,7 +459,7 @@ def static_capacity(spec: SequenceSpec, *, now: datetime | None = None) -> list[
 
 
 def _pool(spec: SequenceSpec) -> tuple[int, str, str] | None:
-    """(worker ids, note, advice) of a strategy that leases worker ids from the database."""
+    """(worker ids, note, advice) of a strategy that claims worker ids from the database."""
     if spec.strategy == "snowflake":
         strategy: SnowflakeStrategy | TimestampStrategy = SnowflakeStrategy()
         if strategy.option(spec, "worker_store") != "database":
@@ -494,8 +494,8 @@ def _row_values(keys: list[str], alias: str) -> dict[str, int]:
     return out
 
 
-def _held_leases(names: list[str], alias: str) -> dict[str, int]:
-    """Live worker leases per namespace (by the database's clock; a lease fenced by the
+def _held_claims(names: list[str], alias: str) -> dict[str, int]:
+    """Live worker-id claims per namespace (by the database's clock; a claim fenced by the
     writer guard has no owner and counts not)."""
     if not names:
         return {}

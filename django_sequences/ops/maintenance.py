@@ -25,17 +25,17 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..core import heartbeat
 from ..core.base import SequenceSpec
 from ..core.chunks import OUTCOMES
 from ..core.hwm import period_stamp
 from ..core.strict import StrictGenerator
+from ..core.workers import current_heartbeat
 from ..exceptions import InvalidDefinition, SequenceError, SequenceNotFound
 from ..formats.keys import period_key, shard_keys
 from ..models import Segment, Sequence
 from ..sources.connections import on_private, resolve_alias, select
-from ..sources.redis import RedisWindowStore
-from ..sources.redisconn import Script
+from ..sources.redis.connection import Script
+from ..sources.redis.counters import RedisWindowStore
 from ..strategies import Strategy, validate
 from ..strategies.redis import RedisSegmentStrategy
 from ..templating import check_template, compile_template
@@ -297,7 +297,7 @@ def renew_worker_leases() -> list[Renewed]:
     dropped exactly as the heartbeat would drop it (the generator acquires another id before
     it issues again).
     """
-    hb = heartbeat.current()  # the process's heartbeat, if any generator ever held a lease
+    hb = current_heartbeat()  # the process's heartbeat, if any generator ever held a claim
     if hb is None:
         return []
     out = []

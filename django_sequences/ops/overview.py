@@ -24,8 +24,8 @@ from ..exceptions import SequenceError, SequenceNotFound
 from ..formats.keys import period_key
 from ..models import Segment, Sequence, WorkerLease
 from ..periods import current_stamp
-from ..sources import redisconn
 from ..sources.connections import on_private, resolve_alias, select
+from ..sources.redis import connection as redis_connection
 from ..sources.workers import db_now
 from ..strategies import strategy_for
 from ..strategies.wrappers import label
@@ -65,7 +65,7 @@ class SequenceOverview:
     #: values issued per minute over the last :data:`RATE_MINUTES` minutes (from
     #: ``django_sequences.ops.stats``); None when the statistics are not available
     rate: float | None
-    #: live worker-id leases of its namespace (snowflake, timestamp: database worker store)
+    #: live worker-id claims of its namespace (snowflake, timestamp: database worker store)
     leases: int
     #: hosts holding them, sorted
     hosts: tuple[str, ...] = field(default=())
@@ -135,7 +135,7 @@ def overview(
     holders: dict[str, list[str]] = {}
     for namespace, host in (
         WorkerLease.objects.using(alias)
-        # held leases only: a row fenced by the writer guard has no owner (sources/workers.py)
+        # held claims only: a row fenced by the writer guard has no owner (sources/workers/guard.py)
         .filter(namespace__in=order, expires_at__gt=now)
         .exclude(owner_uuid="")
         .values_list("namespace", "owner_host")
@@ -281,7 +281,9 @@ def _probe(inner: SequenceSpec, alias: str, d: dict[str, Any]) -> None:
         d["current"] = value if value >= lo else None
         d["remaining"] = None if inner.cycle else max(hi - max(value, lo - 1), 0)
     if inner.strategy in ("redis", "redis_segment"):
-        redisconn.client(redisconn.resolve_alias(inner.options.get("redis_alias"))).ping()
+        redis_connection.client(
+            redis_connection.resolve_alias(inner.options.get("redis_alias"))
+        ).ping()
 
 
 def _health_line(health: list[dict[str, Any]]) -> str:

@@ -1,6 +1,6 @@
 """The Redis strategies: ``redis`` (one script a call under a high-water mark committed in the
 database, ``core/hwm.py``) and ``redis_segment`` (chunks of a shared Redis window,
-``core/chunks.py``). The Redis side (scripts, stores) is ``sources/redis.py``."""
+``core/chunks.py``). The Redis side (scripts, stores) is ``sources/redis/counters.py``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ..core.hwm import (
 from ..core.segment import SegmentGenerator
 from ..core.validation import BIGINT_MAX
 from ..exceptions import BackendUnavailable, InvalidDefinition
-from ..sources.redis import RedisCounterStore, RedisWindowStore, read_row_value
+from ..sources.redis.counters import RedisCounterStore, RedisWindowStore, read_row_value
 from .base import Strategy
 
 

@@ -1,8 +1,8 @@
-"""The time-based strategies, both under a leased worker id: ``snowflake`` (64-bit ids from
+"""The time-based strategies, both under a claimed worker id: ``snowflake`` (64-bit ids from
 time, a worker id and a per-tick counter, made in memory; logic in ``core/snowflake.py`` and
 ``core/ticks.py``) and ``timestamp`` (``int(strftime(format)) * 10**digits + counter`` in UTC,
-counted in Redis, ``sources/timestamp.py``, or in memory; logic in ``core/timestamp.py``).
-Worker-id leases live in ``sources/workers.py``."""
+counted in Redis, ``sources/redis/seconds.py``, or in memory; logic in ``core/timestamp.py``).
+Worker-id claims live in ``sources/workers/``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 from ..conf import app_settings
 from ..core.base import IdGenerator, SequenceSpec
 from ..core.clock import SYSTEM_CLOCK, Clock
-from ..core.heartbeat import default_heartbeat
 from ..core.snowflake import DEFAULT_BITS, DEFAULT_EPOCH, Layout, SnowflakeGenerator
 from ..core.timestamp import (
     DEFAULT_FORMAT,
@@ -22,16 +21,17 @@ from ..core.timestamp import (
     TimestampLayout,
 )
 from ..core.validation import shown
+from ..core.workers import default_heartbeat
 from ..exceptions import InvalidDefinition
-from ..sources import redisconn
-from ..sources.timestamp import redis_counter
+from ..sources.redis import connection as redis_connection
+from ..sources.redis.seconds import redis_counter
 from ..sources.workers import slot_for
 from .base import Strategy
 
 _G = TypeVar("_G")
 
-#: Options every strategy with a worker-id lease takes: option -> (types, default).
-LEASE_OPTIONS: dict[str, tuple[Any, Any]] = {
+#: Options every strategy with a worker-id claim takes: option -> (types, default).
+CLAIM_OPTIONS: dict[str, tuple[Any, Any]] = {
     "clock_tolerance_ms": ((int, float), 5),
     "worker_store": (str, "database"),
     "redis_alias": ((str, type(None)), None),
@@ -41,7 +41,7 @@ WORKER_STORES = ("database", "redis")
 REDIS_MAX_WORKER = 2**16 - 1
 
 
-def check_lease_options(strategy: Strategy, spec: SequenceSpec, max_worker: int) -> None:
+def check_claim_options(strategy: Strategy, spec: SequenceSpec, max_worker: int) -> None:
     tolerance = strategy.option(spec, "clock_tolerance_ms")
     if not 0 <= tolerance <= 60_000:
         raise InvalidDefinition(
@@ -73,7 +73,7 @@ class SnowflakeStrategy(Strategy):
         "time_bits": (int, DEFAULT_BITS["time_bits"]),
         "worker_bits": (int, DEFAULT_BITS["worker_bits"]),
         "sequence_bits": (int, DEFAULT_BITS["sequence_bits"]),
-        **LEASE_OPTIONS,
+        **CLAIM_OPTIONS,
     }
 
     def layout(self, spec: SequenceSpec) -> Layout:
@@ -81,7 +81,7 @@ class SnowflakeStrategy(Strategy):
 
     def validate(self, spec: SequenceSpec) -> None:
         super().validate(spec)
-        check_lease_options(self, spec, self.layout(spec).max_worker)
+        check_claim_options(self, spec, self.layout(spec).max_worker)
 
     def build(
         self,
@@ -93,7 +93,7 @@ class SnowflakeStrategy(Strategy):
         heartbeat: bool = True,
     ) -> SnowflakeGenerator:
         """``clock``, ``sleep`` and ``heartbeat=False`` are for tests."""
-        return build_leased(
+        return build_claimed(
             self,
             spec,
             alias,
@@ -105,7 +105,7 @@ class SnowflakeStrategy(Strategy):
         )
 
 
-def build_leased(
+def build_claimed(
     strategy: Strategy,
     spec: SequenceSpec,
     alias: str,
@@ -116,7 +116,7 @@ def build_leased(
     sleep: Callable[[float], None],
     heartbeat: bool,
 ) -> _G:
-    """A ``generator`` holding a worker-id lease for ``spec`` (snowflake, and timestamp with a
+    """A ``generator`` holding a worker-id claim for ``spec`` (snowflake, and timestamp with a
     local counter): the slot from the store the options name, the clock tolerance, and the
     process's heartbeat."""
     slot = slot_for(
@@ -126,7 +126,7 @@ def build_leased(
         alias=alias,
         redis_alias=strategy.option(spec, "redis_alias"),
         clock=clock,
-        # the writer guard moves a fenced lease's last_timestamp ahead in these units
+        # the writer guard moves a fenced claim's last_timestamp ahead in these units
         unit_ns=getattr(layout, "unit_ns", 1_000_000_000),
     )
     return generator(
@@ -154,7 +154,7 @@ class TimestampStrategy(Strategy):
         "per_second_limit": ((int, type(None)), None),
         "counter": (str, "redis"),
         "worker_digits": (int, 2),
-        **LEASE_OPTIONS,
+        **CLAIM_OPTIONS,
     }
 
     def layout(self, spec: SequenceSpec) -> TimestampLayout:
@@ -172,7 +172,7 @@ class TimestampStrategy(Strategy):
         super().validate(spec)
         layout = self.layout(spec)
         if layout.worker_digits:
-            check_lease_options(self, spec, layout.max_worker)
+            check_claim_options(self, spec, layout.max_worker)
         elif "worker_store" in spec.options:
             raise InvalidDefinition(
                 f"Sequence {spec.name!r}: options['worker_store'] applies to counter 'local' only."
@@ -190,7 +190,7 @@ class TimestampStrategy(Strategy):
         """``clock``, ``sleep`` and ``heartbeat=False`` are for tests."""
         layout = self.layout(spec)
         if layout.worker_digits:
-            return build_leased(
+            return build_claimed(
                 self,
                 spec,
                 alias,
@@ -205,7 +205,7 @@ class TimestampStrategy(Strategy):
         return RedisTimestampGenerator(
             spec.name,
             layout,
-            redis_counter(spec.name, redisconn.resolve_alias(redis_alias)),
+            redis_counter(spec.name, redis_connection.resolve_alias(redis_alias)),
             tolerance_ms=tolerance,
             clock=clock,
             sleep=sleep,

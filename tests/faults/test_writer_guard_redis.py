@@ -31,7 +31,7 @@ from django_sequences import get_sequence, next_value, next_values, registry
 from django_sequences.core.hwm import HwmGenerator, period_stamp
 from django_sequences.models import Sequence
 from django_sequences.sources import writers
-from django_sequences.sources.redis import (
+from django_sequences.sources.redis.counters import (
     EXTEND_SCRIPT,
     OFFSET,
     RedisCounterStore,

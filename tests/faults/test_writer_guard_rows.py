@@ -25,8 +25,9 @@ from django_sequences import next_value, next_values
 from django_sequences.exceptions import SequenceExhausted
 from django_sequences.models import Segment, Sequence
 from django_sequences.signals import counter_moved_ahead
-from django_sequences.sources import redisconn, writers
-from django_sequences.sources.timestamp import redis_keys
+from django_sequences.sources import writers
+from django_sequences.sources.redis import connection as redis_connection
+from django_sequences.sources.redis.seconds import redis_keys
 from tests.support.issuing import assert_unique, run_threads, settle
 from tests.support.worker_claims import FakeClock, build, unique_name
 
@@ -274,7 +275,7 @@ def ts_name() -> Iterator[str]:
     """A timestamp sequence name no earlier run used (Redis keys outlive the test database)."""
     found = unique_name("tsfo")
     yield found
-    c = redisconn.client("sequences")
+    c = redis_connection.client("sequences")
     last, prefix = redis_keys(found, "sequences")
     for key in [last, *c.scan_iter(match=f"{prefix}*")]:
         c.delete(key)
@@ -283,7 +284,7 @@ def ts_name() -> Iterator[str]:
 def _promote_replica(name: str, second: int, counter: int) -> None:
     """What a promoted Redis replica holds: this second's counter as of an older write, and
     the writer key naming the old master."""
-    c = redisconn.client("sequences")
+    c = redis_connection.client("sequences")
     _last, prefix = redis_keys(name, "sequences")
     c.set(f"{prefix}writer", "0123456789abcdef-the-old-master")
     c.set(f"{prefix}{second}", counter)

@@ -1,4 +1,4 @@
-"""The writer guard on worker-id leases (invariant I11, sources/workers.py): after a failover
+"""The writer guard on worker-id claims (invariant I11, sources/workers/guard.py): after a failover
 to a replica that missed the last acquisitions or renewals, an id whose holder may still be
 issuing is not handed out again until a fence expires, its holder keeps it, and
 ``last_timestamp`` moves ahead by WRITER_GUARD_MARGIN_SECONDS' worth of ticks.
@@ -27,9 +27,10 @@ from django_sequences import explain
 from django_sequences.exceptions import WorkerClaimLost
 from django_sequences.models import Sequence, WorkerLease
 from django_sequences.signals import counter_moved_ahead
-from django_sequences.sources import redisconn, writers
 from django_sequences.sources import workers as leases
+from django_sequences.sources import writers
 from django_sequences.sources.connections import private_connection
+from django_sequences.sources.redis import connection as redis_connection
 from tests.support.issuing import assert_unique
 from tests.support.worker_claims import FakeClock, build, unique_name
 
@@ -369,7 +370,7 @@ def redis_ns() -> Iterator[tuple[leases.RedisWorkerStore, str]]:
     store = leases.RedisWorkerStore("sequences")
     ns = unique_name("ns")
     yield store, ns
-    c = redisconn.client("sequences")
+    c = redis_connection.client("sequences")
     for key in c.scan_iter(match=f"{store.prefix(ns)}*"):
         c.delete(key)
 
@@ -377,7 +378,7 @@ def redis_ns() -> Iterator[tuple[leases.RedisWorkerStore, str]]:
 def _redis_fail_over(store: leases.RedisWorkerStore, ns: str, *lost: int) -> None:
     """What a promoted replica holds: the namespace last written by another master, and the
     lease keys of ``lost`` ids gone (their acquisitions were lost)."""
-    c = redisconn.client("sequences")
+    c = redis_connection.client("sequences")
     prefix = store.prefix(ns)
     assert c.hget(f"{prefix}guard", "w")  # every script records the master
     c.hset(f"{prefix}guard", "w", "0" * 40)
@@ -389,7 +390,7 @@ def test_redis_a_promotion_fences_the_namespace(
     redis_ns: tuple[leases.RedisWorkerStore, str],
 ) -> None:
     store, ns = redis_ns
-    c = redisconn.client("sequences")
+    c = redis_connection.client("sequences")
     a = store.acquire(ns, 2, A, TTL, NOW, NOW + 50, tick_ns=MS)
     b = store.acquire(ns, 2, B, TTL, NOW, NOW + 50, tick_ns=MS)
     assert a is not None and b is not None and (a.worker_id, b.worker_id) == (0, 1)
@@ -456,6 +457,6 @@ def test_redis_a_running_process_keeps_its_worker_id_across_a_promotion() -> Non
             other.next()
     finally:
         leases.shutdown()
-        c = redisconn.client("sequences")
+        c = redis_connection.client("sequences")
         for key in c.scan_iter(match=f"{store.prefix(name)}*"):
             c.delete(key)

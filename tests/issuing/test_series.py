@@ -26,9 +26,9 @@ from django_sequences import models, next_numbers, next_value, next_values, regi
 from django_sequences.core.prefetch import default_prefetcher
 from django_sequences.exceptions import InvalidDefinition, SequenceNotFound
 from django_sequences.models import Segment, Sequence
-from django_sequences.sources import redisconn
 from django_sequences.sources import workers as leases
-from django_sequences.sources.timestamp import redis_keys
+from django_sequences.sources.redis import connection as redis_connection
+from django_sequences.sources.redis.seconds import redis_keys
 from tests.support.issuing import run_threads
 from tests.support.worker_claims import unique_name
 
@@ -239,7 +239,7 @@ def spelled() -> Iterator[tuple[str, str]]:
     upper = lower.upper()
     yield lower, upper
     leases.shutdown()
-    c = redisconn.client("sequences")
+    c = redis_connection.client("sequences")
     for name in (lower, upper):
         last, prefix = redis_keys(name, "sequences")
         for key in [last, *c.scan_iter(match=f"{prefix}*")]:

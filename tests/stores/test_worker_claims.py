@@ -19,9 +19,9 @@ from django_sequences import explain, get_sequence, next_value
 from django_sequences.core.snowflake import Layout
 from django_sequences.exceptions import WorkerClaimLost
 from django_sequences.models import Sequence, WorkerLease
-from django_sequences.sources import redisconn
 from django_sequences.sources import workers as leases
 from django_sequences.sources.connections import private_connection
+from django_sequences.sources.redis import connection as redis_connection
 from tests.support import processes as workers
 from tests.support.issuing import assert_unique
 from tests.support.processes import db_env
@@ -319,7 +319,7 @@ def redis_ns() -> Iterator[tuple[leases.RedisWorkerStore, str]]:
     store = leases.RedisWorkerStore("sequences")
     ns = unique_name("ns")
     yield store, ns
-    c = redisconn.client("sequences")
+    c = redis_connection.client("sequences")
     for key in c.scan_iter(match=f"{store.prefix(ns)}*"):
         c.delete(key)
 
@@ -358,7 +358,7 @@ def test_the_shared_floor_of_a_namespace_on_the_redis_store(
     assert c is not None and (c.worker_id, c.shared) == (1, 150)  # id 1 is behind: first
     c2 = store.acquire(ns, 3, "d" * 32, 30, now_tick=5, ahead=7)
     assert c2 is not None and (c2.worker_id, c2.shared) == (2, -1)  # not asked: not read
-    redisconn.client("sequences").set(f"{store.prefix(ns)}3:last", 1_780_000_000_000)
+    redis_connection.client("sequences").set(f"{store.prefix(ns)}3:last", 1_780_000_000_000)
     assert store.acquire(ns, 3, "e" * 32, 30, now_tick=5, ahead=7, shared_cap=10**6) is not None
     assert store.release(ns, 0, A, a.token, 120)
     f = store.acquire(ns, 3, "f" * 32, 30, now_tick=300, ahead=302, shared_cap=10**6)
@@ -387,6 +387,6 @@ def test_snowflake_on_the_redis_store_across_forked_processes() -> None:
         assert not WorkerLease.objects.exists()  # nothing in the database
     finally:
         leases.shutdown()
-        c = redisconn.client("sequences")
+        c = redis_connection.client("sequences")
         for key in c.scan_iter(match=f"{store.prefix(name)}*"):
             c.delete(key)

@@ -23,7 +23,7 @@ from django_sequences.core.hwm import HwmGenerator, period_stamp
 from django_sequences.core.prefetch import Prefetcher
 from django_sequences.exceptions import BackendUnavailable, InvalidDefinition, SequenceExhausted
 from django_sequences.models import Segment, Sequence
-from django_sequences.sources.redis import (
+from django_sequences.sources.redis.counters import (
     OFFSET,
     RedisCounterStore,
     read_row_value,

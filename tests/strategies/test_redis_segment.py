@@ -34,7 +34,7 @@ from django_sequences.core.prefetch import Prefetcher
 from django_sequences.core.segment import SegmentGenerator
 from django_sequences.exceptions import BackendUnavailable, InvalidDefinition, SequenceExhausted
 from django_sequences.models import Segment, Sequence
-from django_sequences.sources.redis import RedisWindowStore
+from django_sequences.sources.redis.counters import RedisWindowStore
 from tests.support import processes as workers
 from tests.support import redisutil
 from tests.support.issuing import assert_unique, issue_from_threads, rows, settle

@@ -24,7 +24,7 @@ from django_sequences import explain, get_sequence, next_value, next_values
 from django_sequences.checks import check_settings, check_snowflake_overflow
 from django_sequences.core.base import SequenceSpec
 from django_sequences.core.snowflake import Layout, SnowflakeGenerator
-from django_sequences.core.ticks import LeasedTickGenerator
+from django_sequences.core.ticks import ClaimedTickGenerator
 from django_sequences.exceptions import (
     ClockMovedBackwards,
     InvalidDefinition,
@@ -299,7 +299,7 @@ def test_the_locked_variant_under_threads() -> None:
     Sequence.objects.define("sf", strategy="snowflake")
     plain = build("sf")
     g = LockedSnowflake("sf", plain.layout, plain._slot)
-    assert LockedSnowflake.next is LeasedTickGenerator._next_locked and g._locked
+    assert LockedSnowflake.next is ClaimedTickGenerator._next_locked and g._locked
     results: list[list[int]] = [[] for _ in range(8)]
 
     def work(out: list[int]) -> None:

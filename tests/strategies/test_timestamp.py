@@ -20,9 +20,9 @@ from django_sequences.core.base import SequenceSpec
 from django_sequences.core.timestamp import FORMATS, TimestampLayout
 from django_sequences.exceptions import ClockMovedBackwards, InvalidDefinition, RateLimited
 from django_sequences.models import Sequence, WorkerLease
-from django_sequences.sources import redisconn
 from django_sequences.sources import workers as leases
-from django_sequences.sources.timestamp import redis_keys
+from django_sequences.sources.redis import connection as redis_connection
+from django_sequences.sources.redis.seconds import redis_keys
 from django_sequences.strategies.timebased import TimestampStrategy
 from tests.support import processes as workers
 from tests.support.issuing import assert_unique
@@ -44,7 +44,7 @@ def name() -> Iterator[str]:
     """A sequence name no earlier run used (Redis keys outlive the test database)."""
     found = unique_name("ts")
     yield found
-    c = redisconn.client("sequences")
+    c = redis_connection.client("sequences")
     last, prefix = redis_keys(found, "sequences")
     for key in [last, *c.scan_iter(match=f"{prefix}*")]:
         c.delete(key)
@@ -55,7 +55,7 @@ def clock_at(when: datetime, fraction: float = 0.25) -> FakeClock:
 
 
 def redis_counter(name: str, second: int) -> int | None:
-    raw = redisconn.client("sequences").get(f"{redis_keys(name, 'sequences')[1]}{second}")
+    raw = redis_connection.client("sequences").get(f"{redis_keys(name, 'sequences')[1]}{second}")
     return None if raw is None else int(raw)
 
 
@@ -254,7 +254,7 @@ def test_redis_keys_the_counter_expires_the_last_second_stays(name: str) -> None
     Sequence.objects.define(name, strategy="timestamp")
     clock = clock_at(AT)
     build(name, clock).next()
-    c = redisconn.client("sequences")
+    c = redis_connection.client("sequences")
     last_key, prefix = redis_keys(name, "sequences")
     assert name in last_key and prefix.endswith(":")
     assert 0 < c.pttl(f"{prefix}{int(clock.t)}") <= 2000
@@ -429,7 +429,7 @@ def local_ts(request: pytest.FixtureRequest) -> Iterator[str]:
     leases.shutdown()
     if store == "redis":
         redis = leases.RedisWorkerStore("sequences")
-        c = redisconn.client("sequences")
+        c = redis_connection.client("sequences")
         for key in c.scan_iter(match=f"{redis.prefix(found)}*"):
             c.delete(key)
 

@@ -778,14 +778,14 @@ def test_release_action_releases_expired_leases_only(admin_client: Client) -> No
     listing = admin_client.get(changelist).content.decode()
     response = admin_client.post(
         changelist,
-        {"action": "release_expired_leases", "_selected_action": [expired.pk, live.pk]},
+        {"action": "release_expired_claims", "_selected_action": [expired.pk, live.pk]},
         follow=True,
     )
 
     assert "gone pid 7 (u-expired)" in listing and "here pid 8 (u-live)" in listing
     assert "2:00:0" in listing  # the expired lease's age (acquired two hours ago)
     assert response.status_code == 200
-    assert "Released 1 expired lease(s): adm.snow#1." in response.content.decode()
+    assert "Released 1 expired claim(s): adm.snow#1." in response.content.decode()
     gone = WorkerLease.objects.get(pk=expired.pk)
     assert (gone.owner_uuid, gone.owner_pid, gone.expires_at) == ("", None, None)
     assert (gone.last_timestamp, gone.version) == (123_456, 5)  # kept, and bumped

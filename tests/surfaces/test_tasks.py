@@ -32,12 +32,13 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_sequences import next_number, next_value, numbers, tasks
-from django_sequences.core import heartbeat
+from django_sequences.core.workers import current_heartbeat
 from django_sequences.exceptions import ConfigurationError
 from django_sequences.models import IssueStat, Segment, Sequence, WorkerLease
 from django_sequences.ops import maintenance, stats
 from django_sequences.sources import workers as leases
-from django_sequences.sources.redis import RedisWindowStore
+from django_sequences.sources.redis.counters import RedisWindowStore
+from django_sequences.sources.workers import database as worker_rows
 from tests.support import redisutil
 from tests.support.issuing import run_threads
 from tests.support.processes import db_env
@@ -233,7 +234,7 @@ def test_renew_worker_leases_renews_this_process_leases_once_per_call() -> None:
     name = unique_name("snow")
     Sequence.objects.define(name, strategy="snowflake")
     next_value(name)
-    hb = heartbeat.current()
+    hb = current_heartbeat()
     assert hb is not None
     hb.stop()  # only the calls below renew
     before = lease_row(name)
@@ -255,7 +256,7 @@ def test_renew_worker_leases_reports_a_lease_taken_over() -> None:
     name = unique_name("snow")
     Sequence.objects.define(name, strategy="snowflake")
     first = next_value(name)
-    hb = heartbeat.current()
+    hb = current_heartbeat()
     assert hb is not None
     hb.stop()
     WorkerLease.objects.filter(namespace=name).update(owner_uuid="x" * 32)
@@ -304,7 +305,7 @@ def test_a_lease_renewed_between_the_reaps_read_and_its_write_is_left_alone(
     m = WorkerLease.objects
     assert m.acquire("ns", 0, owner="a" * 32, ttl=0.2, ahead=5) is not None
     time.sleep(0.3)
-    read = leases.select  # the reaper's read (sources/workers.py)
+    read = worker_rows.select  # the reaper's read (sources/workers/database.py)
 
     def read_then_renew(w: Any, qs: Any) -> list[Any]:
         found = read(w, qs)
@@ -314,7 +315,7 @@ def test_a_lease_renewed_between_the_reaps_read_and_its_write_is_left_alone(
         )
         return found
 
-    monkeypatch.setattr(leases, "select", read_then_renew)
+    monkeypatch.setattr(worker_rows, "select", read_then_renew)
     assert m.reap() == []
     assert m.get(namespace="ns").owner_uuid == "a" * 32
 

@@ -1,8 +1,8 @@
-"""``manage.py sequences_reap``: the issue's *reap*: release expired worker-id leases, and
+"""``manage.py sequences_reap``: the issue's *reap*: release expired worker-id claims, and
 mark the reservations past their ``expires_at`` expired.
 
 A thin wrapper over :meth:`WorkerLease.objects.reap
-<django_sequences.sources.workers.WorkerLeaseManager.reap>` (database worker store; leases in
+<django_sequences.sources.workers.WorkerClaimManager.reap>` (database worker store; claims in
 Redis expire by themselves) and ``ops.maintenance.expire_reservations``.
 """
 
@@ -20,18 +20,18 @@ from ..base import SequenceCommand
 
 class Command(SequenceCommand):
     help = (
-        "Release the worker-id leases (snowflake, timestamp) whose time has run out, and mark "
-        "the reservations past their expiry expired (--namespace limits the leases only)."
+        "Release the worker-id claims (snowflake, timestamp) whose time has run out, and mark "
+        "the reservations past their expiry expired (--namespace limits the claims only)."
     )
 
     RELEASED = "released {namespace}#{worker_id} (held by {holder}, expired {expires_at})"
     WOULD_RELEASE = "would release {namespace}#{worker_id} (held by {holder}, expired {expires_at})"
-    NOTHING = "No expired worker leases."
+    NOTHING = "No expired worker-id claims."
     EXPIRED = "marked {count} overdue reservation(s) expired"
     WOULD_EXPIRE = "would mark {count} overdue reservation(s) expired"
-    database_help = "alias holding the leases"
+    database_help = "alias holding the claims"
     dry_run_help = "only say what would go"
-    json_help = "print the leases as JSON"
+    json_help = "print the claims as JSON"
 
     def add_own_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--namespace", default=None, help="only this namespace (sequence)")

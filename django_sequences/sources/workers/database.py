@@ -1,32 +1,7 @@
-"""Worker-id leases (snowflake, and timestamp with ``counter="local"``).
-
-A process holds a worker id of a *namespace* (the sequence name), 0 … ``max_worker``, for
-``WORKER_CLAIM_TTL`` seconds at a time:
-
-* **acquire**: take an id that has no row, was released, or expired, by optimistic lock on
-  ``version`` (or a unique INSERT), on the private connection (committed at once, whatever the
-  caller's transaction). Expiry is judged by the *database's* clock (``CURRENT_TIMESTAMP``,
-  ``UTC_TIMESTAMP(6)``, SQLite's ``'now'``), so hosts whose clocks disagree agree on it. Ids
-  whose ``last_timestamp`` is already behind our clock are preferred.
-* **renew**: only while the row is still ours (``owner_uuid`` matches and ``version`` is the one
-  we wrote); it extends ``expires_at`` and writes ``last_timestamp`` ahead (see
-  ``core/ticks.py``). A heartbeat thread renews every ``WORKER_HEARTBEAT`` seconds.
-* **release** on a clean exit (``atexit``, and multiprocessing's exit for forked children),
-  only if still ours, recording the last tick really used.
-
-The Redis store (``sources/redisworkers.py``) does the same with Redis keys, expiry judged by
-the Redis server's clock.
-
-One heartbeat thread per process (``core/heartbeat.py``), a daemon started on first use, renews
-every generator that holds a lease. After ``fork()`` the child starts with no lease and a new
-owner uuid: it acquires its own id (I3), never its parent's, and never releases its parent's.
-A generator holds its lease through a :class:`~django_sequences.core.workerslot.WorkerSlot`
-over either store (:func:`slot_for`).
-
-The writer guard (invariant I11): every acquire, renew and release records the server that
-wrote the row, and a namespace last written by another server is fenced for a lease TTL before
-anything of it is handed out; see ``sources/workerguard.py``, which holds the fence and the
-statements this store runs on the private connection.
+"""Worker-id claims in the database: :class:`WorkerClaimManager` (the manager of
+:class:`~django_sequences.models.WorkerLease` rows) and :class:`DatabaseWorkerStore`
+(``worker_store="database"``); what a claim is, in ``sources/workers/__init__.py``. The writer
+guard's fence and the statements run on the private connection are in ``guard.py``.
 """
 
 from __future__ import annotations
@@ -45,17 +20,13 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
-from ..conf import app_settings
-from ..core import retry
-from ..core.clock import SYSTEM_CLOCK, Clock
-from ..core.heartbeat import default_heartbeat, shutdown
-from ..core.workerslot import StoreGrant, WorkerSlot, WorkerStore, shared_floor
-from ..exceptions import WorkerClaimLost
-from . import redisconn, writers
-from .connections import insert, on_private, resolve_alias, select
-from .redisworkers import RedisWorkerStore
-from .workerguard import (
-    FENCE_MISSING_IDS,
+from ...conf import app_settings
+from ...core import retry
+from ...core.workers import StoreGrant, shared_floor
+from ...exceptions import WorkerClaimLost
+from .. import writers
+from ..connections import insert, on_private, resolve_alias, select
+from .guard import (
     db_now,
     fence,
     fence_seconds,
@@ -67,34 +38,17 @@ from .workerguard import (
     update_rows,
 )
 
-#: The worker-lease model is handed in by the manager (``self.model``): the store names no
+#: The worker-claim model is handed in by the manager (``self.model``): the store names no
 #: model.
-LeaseModel = type[Any]
-Lease = Any
+ClaimModel = type[Any]
+Claim = Any
 
-
-__all__ = [
-    # what other modules and the tests have always imported from here
-    "FENCE_MISSING_IDS",
-    "DatabaseWorkerStore",
-    "ReapedLease",
-    "RedisWorkerStore",
-    "StoreGrant",
-    "WorkerLeaseManager",
-    "WorkerSlot",
-    "db_now",
-    "default_heartbeat",
-    "fence_seconds",
-    "margin_ticks",
-    "shutdown",
-    "slot_for",
-]
 
 _HOST = socket.gethostname()[:255]
 
 
-class WorkerLeaseManager(models.Manager[Any]):
-    """Acquire, renew and release worker-id leases on the private connection."""
+class WorkerClaimManager(models.Manager[Any]):
+    """Acquire, renew and release worker-id claims on the private connection."""
 
     def acquire(
         self,
@@ -117,7 +71,7 @@ class WorkerLeaseManager(models.Manager[Any]):
         grant carries the namespace's :func:`shared_floor` as read in the same round trip.
 
         First, a namespace with a row another server wrote is fenced (the writer guard, see
-        ``sources/workerguard.py``); raises :class:`WorkerClaimLost` when no id is free because of
+        ``sources/workers/guard.py``); raises :class:`WorkerClaimLost` when no id is free because of
         a fence.
         """
         alias = resolve_alias(using)
@@ -226,11 +180,11 @@ class WorkerLeaseManager(models.Manager[Any]):
         for worker_id in range(max_worker + 1) if fenced is None else ():
             if worker_id in held:
                 continue
-            lease: Lease = self.model(
+            claim: Claim = self.model(
                 namespace=namespace, worker_id=worker_id, last_timestamp=ahead, version=1, **fields
             )
             try:
-                insert(w, lease)
+                insert(w, claim)
             except IntegrityError:  # another process inserted it first
                 contended = True
                 tried += 1
@@ -257,11 +211,11 @@ class WorkerLeaseManager(models.Manager[Any]):
         alive: Callable[[], bool] | None = None,
         using: str | None = None,
     ) -> int | None:
-        """Extend a lease that is still ours; its new version, or None if it is not ours.
+        """Extend a claim that is still ours; its new version, or None if it is not ours.
 
         Writer guard: a row another server wrote fences the namespace first (ids with no
         row up to ``max_worker``, if given); the holder's renewal then passes the fence while
-        ``alive()`` (its lease is live by its own clock) holds before and after the round
+        ``alive()`` (its claim is live by its own clock) holds before and after the round
         trip, whatever its ``version`` says (None: always).
         """
 
@@ -304,7 +258,7 @@ class WorkerLeaseManager(models.Manager[Any]):
         last: int | None = None,
         using: str | None = None,
     ) -> bool:
-        """Give a lease back if it is still ours, recording ``last`` as its last_timestamp.
+        """Give a claim back if it is still ours, recording ``last`` as its last_timestamp.
         Not through a failover fence, nor on a row another server wrote (the guard on): such a
         row stays fenced, or is fenced by the next acquisition, until it expires."""
 
@@ -333,21 +287,21 @@ class WorkerLeaseManager(models.Manager[Any]):
 
     def reap(
         self, *, namespace: str | None = None, dry_run: bool = False, using: str | None = None
-    ) -> list[ReapedLease]:
-        """Release every lease whose ``expires_at`` has passed by the database's clock (of
+    ) -> list[ReapedClaim]:
+        """Release every claim whose ``expires_at`` has passed by the database's clock (of
         ``namespace`` only, if given); returns them as they were. ``last_timestamp`` is kept:
         whoever takes the id next must start after it.
 
-        Safe at any time and twice at once. An expired lease's owner stopped issuing before
+        Safe at any time and twice at once. An expired claim's owner stopped issuing before
         the row expired (its deadline comes first), and ``acquire`` already treats an expired
         row as free, so reaping only tidies what the admin shows and makes a late renewal or
         release by the old owner fail (it acquires a new id instead). Each row is released
         by a conditional ``UPDATE`` on the ``version`` and ``expires_at`` that were read, so a
-        lease renewed meanwhile is left alone, and of two concurrent reaps only one changes a
-        row and reports it. Leases in the Redis store expire by themselves; nothing to reap.
+        claim renewed meanwhile is left alone, and of two concurrent reaps only one changes a
+        row and reports it. Claims in the Redis store expire by themselves; nothing to reap.
         """
 
-        def reap_on(w: BaseDatabaseWrapper) -> list[ReapedLease]:
+        def reap_on(w: BaseDatabaseWrapper) -> list[ReapedClaim]:
             now = db_now(w)
             qs = self.model.objects.filter(expires_at__isnull=False, expires_at__lte=now)
             if namespace is not None:
@@ -378,15 +332,15 @@ class WorkerLeaseManager(models.Manager[Any]):
                     }
                     if update_rows(w, row, values) != 1:
                         continue  # renewed, taken or reaped by someone else meanwhile
-                reaped.append(ReapedLease(ns, worker_id, host, pid, expires_at, last))
+                reaped.append(ReapedClaim(ns, worker_id, host, pid, expires_at, last))
             return reaped
 
-        return on_private(resolve_alias(using), "expired worker leases", reap_on)
+        return on_private(resolve_alias(using), "expired worker-id claims", reap_on)
 
 
 @dataclass(frozen=True)
-class ReapedLease:
-    """A lease :meth:`WorkerLeaseManager.reap` released (as it was before)."""
+class ReapedClaim:
+    """A claim :meth:`WorkerClaimManager.reap` released (as it was before)."""
 
     namespace: str
     worker_id: int
@@ -396,13 +350,13 @@ class ReapedLease:
     last_timestamp: int
 
 
-def _leases() -> WorkerLeaseManager:
+def _claims() -> WorkerClaimManager:
     # the model by name: the stores import no model (the app registry is ready by now)
-    return cast(WorkerLeaseManager, apps.get_model("django_sequences", "WorkerLease").objects)
+    return cast(WorkerClaimManager, apps.get_model("django_sequences", "WorkerLease").objects)
 
 
 class DatabaseWorkerStore:
-    """Leases in :class:`~django_sequences.models.WorkerLease` rows of database ``alias``."""
+    """Claims in :class:`~django_sequences.models.WorkerLease` rows of database ``alias``."""
 
     kind = "database"
 
@@ -421,7 +375,7 @@ class DatabaseWorkerStore:
         shared_cap: int | None = None,
         tick_ns: int | None = None,
     ) -> StoreGrant | None:
-        return _leases().acquire(
+        return _claims().acquire(
             namespace,
             max_worker,
             owner=owner,
@@ -446,7 +400,7 @@ class DatabaseWorkerStore:
         tick_ns: int | None = None,
         alive: Callable[[], bool] | None = None,
     ) -> Any:
-        return _leases().renew(
+        return _claims().renew(
             namespace,
             worker_id,
             owner=owner,
@@ -462,33 +416,6 @@ class DatabaseWorkerStore:
     def release(
         self, namespace: str, worker_id: int, owner: str, token: Any, last: int | None
     ) -> bool:
-        return _leases().release(
+        return _claims().release(
             namespace, worker_id, owner=owner, version=token, last=last, using=self.alias
         )
-
-
-def slot_for(
-    namespace: str,
-    max_worker: int,
-    *,
-    store: str,
-    alias: str,
-    redis_alias: str | None,
-    clock: Clock = SYSTEM_CLOCK,
-    unit_ns: int | None = None,
-) -> WorkerSlot:
-    """A new slot on the database store of ``alias`` or the Redis store of ``redis_alias``;
-    ``unit_ns``: its ticks' unit (None: told by their size)."""
-    backend: WorkerStore
-    if store == "redis":
-        backend = RedisWorkerStore(redisconn.resolve_alias(redis_alias))
-    else:
-        backend = DatabaseWorkerStore(alias)
-    return WorkerSlot(
-        namespace,
-        max_worker,
-        backend,
-        ttl=app_settings.WORKER_CLAIM_TTL,
-        clock=clock,
-        unit_ns=unit_ns,
-    )

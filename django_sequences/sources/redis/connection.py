@@ -1,5 +1,5 @@
 """Redis access for every strategy that uses it (``redis``, ``redis_segment``, ``timestamp``
-with a Redis counter, worker leases in Redis): the django-redis client of a cache alias, keys
+with a Redis counter, worker-id claims in Redis): the django-redis client of a cache alias, keys
 made with that cache's ``KEY_PREFIX``/``VERSION``, Lua scripts run by ``EVALSHA``, and every
 Redis failure turned into :class:`~django_sequences.exceptions.BackendUnavailable`.
 
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.conf import settings
 from django.core.cache import caches
 
-from ..conf import app_settings
-from ..core import forking
-from ..exceptions import BackendUnavailable, ConfigurationError
+from ...conf import app_settings
+from ...core import forking
+from ...exceptions import BackendUnavailable, ConfigurationError
 
 if TYPE_CHECKING:
     from redis import Redis

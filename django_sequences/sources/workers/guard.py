@@ -1,10 +1,10 @@
-"""The writer guard on worker-id leases (invariant I11, ``sources/writers.py``), and the
-statements the database store (``sources/workers.py``) runs on the private connection for
+"""The writer guard on worker-id claims (invariant I11, ``sources/writers.py``), and the
+statements the database store (``sources/workers/database.py``) runs on the private connection for
 it and for itself. The Redis store's half of the guard lives in its scripts
-(``sources/redisworkers.py``).
+(``sources/workers/redis.py``).
 
 With asynchronous replication a failover to a lagging replica can lose the last acquisitions
-and renewals of leases: the promoted server shows an id free, or expired, while a process that
+and renewals of claims: the promoted server shows an id free, or expired, while a process that
 acquired or renewed it on the old server still issues with it until its local deadline, and
 ``last_timestamp`` older than what was persisted. Handing that id out again makes the same
 values twice. So:
@@ -19,7 +19,7 @@ values twice. So:
   server's was last written by another server: its true state is unknown. The first acquire
   or renew of the namespace that sees one **fences the namespace**, before handing anything
   out: every row of it not written by this server gets ``writer`` = this server,
-  ``expires_at`` = at least the database's now + :func:`fence_seconds` (a lease TTL, so every
+  ``expires_at`` = at least the database's now + :func:`fence_seconds` (a claim TTL, so every
   holder's local deadline has passed, and at least ``WRITER_GUARD_MARGIN_SECONDS``),
   ``last_timestamp`` = max(``last_timestamp``, the caller's tick) + the margin in the
   strategy's ticks (:func:`margin_ticks`; a holder on the old server may have persisted that
@@ -33,8 +33,8 @@ values twice. So:
 * A fenced row is not handed out until its fence expires. Its holder's own renewal (matched
   by ``owner_uuid``; its ``version`` may be behind, the failover lost its last renewals) still
   passes, so a running process keeps its worker id across a failover without interruption,
-  but only while its lease is live by its own clock, before and after the round trip: a
-  holder whose lease lapsed may have been replaced on the old server by an acquisition the
+  but only while its claim is live by its own clock, before and after the round trip: a
+  holder whose claim lapsed may have been replaced on the old server by an acquisition the
   failover lost, so its renewal fails and it acquires another id (``core/ticks.py``). If its
   acquisition itself was lost, the row does not name it and its renewal fails as before. A
   release does not pass a fence (the row stays fenced until it expires).
@@ -62,13 +62,13 @@ from django.db.models.expressions import RawSQL
 from django.db.models.sql.constants import ROW_COUNT
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
-from ..core.workerslot import tick_ns_of
-from . import writers
-from .connections import select
+from ...core.workers import tick_ns_of
+from .. import writers
+from ..connections import select
 
-#: The worker-lease model is handed in by the manager: the store names no model.
-LeaseModel = type[Any]
-Lease = Any
+#: The worker-claim model is handed in by the manager: the store names no model.
+ClaimModel = type[Any]
+Claim = Any
 
 
 log = logging.getLogger("django_sequences.workers")
@@ -90,7 +90,7 @@ def margin_ticks(tick: int, tick_ns: int | None = None) -> int:
 
 
 def fence_seconds(ttl: float) -> float:
-    """How long a fence lasts: a lease TTL (every holder's local deadline is at most that far
+    """How long a fence lasts: a claim TTL (every holder's local deadline is at most that far
     away), and at least ``WRITER_GUARD_MARGIN_SECONDS`` (by then the ``last_timestamp`` it moved
     ahead is behind the clock again, so whoever takes the id next can issue at once)."""
     return max(float(ttl), writers.margin_seconds())
@@ -173,7 +173,7 @@ ROW = ("worker_id", "expires_at", "version", "last_timestamp", "writer", "renewe
 
 
 def read_rows(
-    model: LeaseModel, w: BaseDatabaseWrapper, namespace: str, max_worker: int | None
+    model: ClaimModel, w: BaseDatabaseWrapper, namespace: str, max_worker: int | None
 ) -> list[Any]:
     """The :data:`ROW` columns of ``namespace``'s rows (ids up to ``max_worker``, if given), by
     id."""
@@ -184,7 +184,7 @@ def read_rows(
 
 
 def fence(
-    model: LeaseModel,
+    model: ClaimModel,
     w: BaseDatabaseWrapper,
     namespace: str,
     max_worker: int | None,
@@ -244,7 +244,7 @@ def fence(
 
 
 def renew_fenced(
-    model: LeaseModel,
+    model: ClaimModel,
     w: BaseDatabaseWrapper,
     namespace: str,
     worker_id: int,
@@ -259,7 +259,7 @@ def renew_fenced(
     alive: Callable[[], bool] | None,
 ) -> int | None:
     """The holder's renewal of a row that is fenced, or that another server wrote (fenced
-    here first); see ``WorkerLeaseManager.renew`` (``sources/workers.py``)."""
+    here first); see ``WorkerClaimManager.renew`` (``sources/workers/database.py``)."""
     ident = writers.identity_sql(w)
     assert ident is not None
     one = model.objects.filter(namespace=namespace, worker_id=worker_id)
@@ -293,7 +293,7 @@ def renew_fenced(
     if update_rows(w, qs, values) != 1:
         return None
     if alive is not None and not alive():
-        # the round trip outlived the lease: before it reached this server, the old one
+        # the round trip outlived the claim: before it reached this server, the old one
         # may have let another process take the id. Leave the row to expire.
         return None
     log.warning(

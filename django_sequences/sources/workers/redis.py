@@ -1,12 +1,12 @@
-"""Worker-id leases in Redis (``worker_store="redis"``; the database store, and what a lease
-is, in ``sources/workers.py``).
+"""Worker-id claims in Redis (``worker_store="redis"``; the database store, and what a claim
+is, in ``sources/workers/__init__.py``).
 
 The Redis store does what the database store does with ``SET key owner NX PX ttl``, renewal by
 a Lua compare-and-``PEXPIRE``, and a companion key holding ``last_timestamp``; expiry is then
 judged by the Redis server's clock. It needs Redis persistence: a Redis that loses its data
 forgets who holds which id.
 
-The writer guard (invariant I11, ``sources/workerguard.py``): on the Redis store the writer
+The writer guard (invariant I11, ``sources/workers/guard.py``): on the Redis store the writer
 is the server's ``master_replid`` (``writers.REDIS_WRITER_LUA``, read in each script), kept per
 namespace in a hash ``…:{namespace}:guard`` (field ``w``) that shares the namespace's hash tag,
 so every script touches one Redis Cluster slot. An acquire or renew that finds another
@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..core.workerslot import StoreGrant
-from ..exceptions import WorkerClaimLost
-from . import redisconn, writers
-from .workerguard import fence_seconds, margin_ticks
+from ...core.workers import StoreGrant
+from ...exceptions import WorkerClaimLost
+from .. import writers
+from ..redis import connection
+from .guard import fence_seconds, margin_ticks
 
 # The namespace's guard (I11): KEYS guard (hash {w: the replid of the master that last ran a
 # script of the namespace, floor: every id's last_timestamp is at least this}) and fence (a
@@ -64,7 +65,7 @@ end
 """
 )
 
-# KEYS[1]: key prefix; the lease of id i is prefix..i, its last_timestamp prefix..i..':last';
+# KEYS[1]: key prefix; the claim of id i is prefix..i, its last_timestamp prefix..i..':last';
 # KEYS[2], KEYS[3]: the guard and the fence (see _GUARD).
 # ARGV: owner, ttl (ms), max worker id, now tick, ahead, shared cap ('' for none), then the
 # guard's on, margin, fence.
@@ -122,7 +123,7 @@ return with_jump({1, best, best_raw, bound, shared}, jump)
 """
 )
 
-# KEYS[1]: the lease key; KEYS[2], KEYS[3]: the guard and the fence. ARGV: owner, ttl (ms),
+# KEYS[1]: the claim key; KEYS[2], KEYS[3]: the guard and the fence. ARGV: owner, ttl (ms),
 # bound, then the guard's on, margin, fence. {1} when renewed, {0} when not ours, followed by
 # the guard's jump if it fenced just now (a renewal of a live key goes on through a fence).
 _RENEW = (
@@ -136,7 +137,7 @@ return with_jump({1}, jump)
 """
 )
 
-# KEYS[1]: the lease key. ARGV: owner, last ('' to keep). 1 when released, 0 when not ours.
+# KEYS[1]: the claim key. ARGV: owner, last ('' to keep). 1 when released, 0 when not ours.
 # (It leaves the guard alone: a key present on this master is its owner's, whoever wrote the
 # namespace last; the next acquisition or renewal fences the namespace if need be.)
 _RELEASE = """
@@ -152,21 +153,21 @@ def _text(value: Any) -> str:
 
 
 class RedisWorkerStore:
-    """Leases as Redis keys of the django-redis cache ``alias`` (expiry by Redis's clock)."""
+    """Claims as Redis keys of the django-redis cache ``alias`` (expiry by Redis's clock)."""
 
     kind = "redis"
 
-    _acquire = redisconn.Script(_ACQUIRE)
-    _renew = redisconn.Script(_RENEW)
-    _release = redisconn.Script(_RELEASE)
+    _acquire = connection.Script(_ACQUIRE)
+    _renew = connection.Script(_RENEW)
+    _release = connection.Script(_RELEASE)
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
-        self.store = redisconn.RedisStore(alias)
+        self.store = connection.RedisStore(alias)
 
     def prefix(self, namespace: str) -> str:
         # {namespace}: one hash slot for every key of a namespace on Redis Cluster
-        return redisconn.make_key(self.alias, f"django_sequences:workers:{{{namespace}}}:")
+        return connection.make_key(self.alias, f"django_sequences:workers:{{{namespace}}}:")
 
     def _guard_keys(self, prefix: str) -> list[str]:
         return [f"{prefix}guard", f"{prefix}fence"]
@@ -235,7 +236,7 @@ class RedisWorkerStore:
         tick_ns: int | None = None,
         alive: Callable[[], bool] | None = None,
     ) -> Any:
-        """Extend the lease while its key is ours. ``alive`` is not needed here: a key that
+        """Extend the claim while its key is ours. ``alive`` is not needed here: a key that
         the promoted master still holds was held on the old one until the failover (expiry
         times are absolute and replicated; only its owner deletes it early), so nobody else
         can have taken it there."""
@@ -243,7 +244,9 @@ class RedisWorkerStore:
         key = f"{prefix}{worker_id}"
         keys = [key, *self._guard_keys(prefix)]
         args = [token, max(1, int(ttl * 1000)), bound, *self._guard_args(bound, ttl, tick_ns)]
-        got = self.store.run("renewing worker lease", key, lambda c: self._renew(c, keys, args))
+        got = self.store.run(
+            "renewing the worker-id claim", key, lambda c: self._renew(c, keys, args)
+        )
         self._jumped(namespace, got[1:])
         return token if int(got[0]) == 1 else None
 
@@ -252,5 +255,7 @@ class RedisWorkerStore:
     ) -> bool:
         key = f"{self.prefix(namespace)}{worker_id}"
         args = [token, "" if last is None else last]
-        ok = self.store.run("releasing worker lease", key, lambda c: self._release(c, [key], args))
+        ok = self.store.run(
+            "releasing the worker-id claim", key, lambda c: self._release(c, [key], args)
+        )
         return bool(ok == 1)

@@ -1,20 +1,40 @@
-"""One process's lease on a worker id of a namespace (:class:`WorkerSlot`, the
-``core.ticks.Slot`` of the snowflake and timestamp generators), over a store it is handed:
-the :class:`WorkerStore` protocol, which the database store (``sources/workers.py``) and the
-Redis store (``sources/redisworkers.py``) implement. Pure Python: no Django, no store.
+"""A process's claims on worker ids (snowflake, and timestamp with ``counter="local"``), pure
+Python: no Django, no store.
+
+* :class:`WorkerSlot`: one claim on a worker id of a namespace (the ``core.ticks.Slot`` of the
+  snowflake and timestamp generators), over a store it is handed: the :class:`WorkerStore`
+  protocol, which the database store (``sources/workers/database.py``) and the Redis store
+  (``sources/workers/redis.py``) implement.
+* The heartbeat (:class:`Heartbeat`): one daemon thread per process, started on first use,
+  renews every generator that holds a worker-id claim (``core/ticks.py``), each every
+  ``WORKER_HEARTBEAT`` seconds or sooner when it asks.
+
+Claims are released on a clean exit: ``atexit``, and multiprocessing's exit for forked
+children (they leave by ``os._exit``, skipping atexit). After ``fork()`` the child's heartbeat
+keeps its members but no thread: they hold no claim in the child and re-add themselves when
+they claim their own id (I3).
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import math
+import os
+import threading
+import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..exceptions import WorkerClaimLost
+from . import forking
 from .clock import SYSTEM_CLOCK, Clock
 from .ticks import Grant, Renewal
+
+log = logging.getLogger("django_sequences.workers")
 
 
 @dataclass(frozen=True)
@@ -23,7 +43,7 @@ class StoreGrant:
 
     worker_id: int
     token: Any
-    """What proves the lease is still ours: the row's version, or the Redis owner value."""
+    """What proves the claim is still ours: the row's version, or the Redis owner value."""
     floor: int
     bound: int
     shared: int = -1
@@ -33,7 +53,7 @@ class StoreGrant:
 def shared_floor(rows: list[tuple[int, bool]], window: int, cap: int) -> int:
     """The latest tick the worker ids of a namespace had reached, from each id's
     ``(last_timestamp, is_bound)``. ``is_bound``: the tick is a bound its owner persisted
-    ahead of its clock by ``window`` (an id leased now, or whose lease expired), so the owner's
+    ahead of its clock by ``window`` (an id claimed now, or whose claim expired), so the owner's
     clock had reached the tick less ``window``; otherwise it is the last tick used (an id
     released at a clean exit). Ticks at or above ``cap`` were written in a finer unit (the
     namespace's sequence was once another strategy) and are ignored. -1 when nothing is
@@ -44,13 +64,13 @@ def shared_floor(rows: list[tuple[int, bool]], window: int, cap: int) -> int:
 
 def tick_ns_of(tick: int) -> int:
     """The unit of ``tick``, a time since the Unix epoch in milliseconds or in seconds (the
-    units of the strategies that lease worker ids): its size tells them apart until the year
+    units of the strategies that claim worker ids): its size tells them apart until the year
     5138 (10**11 s; 10**11 ms was 1973)."""
     return 1_000_000 if tick >= 10**11 else 1_000_000_000
 
 
 class WorkerStore(Protocol):
-    """Where worker-id leases live (database rows, Redis keys); every call is one round trip
+    """Where worker-id claims live (database rows, Redis keys); every call is one round trip
     that commits on its own."""
 
     kind: str
@@ -88,7 +108,7 @@ class WorkerStore(Protocol):
 
 
 class WorkerSlot:
-    """One process's lease on a worker id of ``namespace`` (``core.ticks.Slot``).
+    """One process's claim on a worker id of ``namespace`` (``core.ticks.Slot``).
 
     Not thread-safe on its own: its generator calls it under its ``_io`` lock. Deadlines are on
     ``clock.monotonic()`` and taken *before* each round trip, minus ``margin``, so this process
@@ -189,4 +209,131 @@ class WorkerSlot:
         return {"worker_store": self.store.kind, "max_worker": self.max_worker}
 
     def _after_fork_in_child(self) -> None:
-        self._reset()  # the parent's lease stays the parent's
+        self._reset()  # the parent's claim stays the parent's
+
+
+# --- the heartbeat ---------------------------------------------------------------------------
+
+
+class Member(Protocol):
+    """A generator kept alive by the heartbeat (``core.ticks.ClaimedTickGenerator``)."""
+
+    _next_beat: float
+    _nudged: bool
+
+    def _beat(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Heartbeat:
+    """One daemon thread per process renewing every claim this process holds, on schedule or
+    when a generator nudges it (its persisted bound is half used)."""
+
+    def __init__(self, name: str = "django-sequences-heartbeat") -> None:
+        self._name = name
+        self._init()
+        forking.register(self)
+
+    def _init(self) -> None:
+        self._members: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, member: Member) -> None:
+        with self._lock:
+            self._members.add(member)
+            if self._thread is None:
+                t = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread = t  # before start(): _run() checks it
+                t.start()
+        _install_exit_hooks()
+        self._wake.set()
+
+    def nudge(self, member: Member) -> None:
+        self._wake.set()
+
+    def members(self) -> list[Member]:
+        with self._lock:
+            return list(self._members)
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while True:
+            self._wake.clear()
+            if self._thread is not me:  # stopped (or replaced)
+                return
+            wait = 60.0
+            for m in self.members():
+                if m._nudged or time.monotonic() >= m._next_beat:
+                    try:
+                        m._beat()
+                    except Exception:  # never let one generator stop the others' renewals
+                        log.exception("heartbeat of %r failed", m)
+                wait = min(wait, m._next_beat - time.monotonic())
+            self._wake.wait(max(wait, 0.005))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            t, self._thread = self._thread, None
+        self._wake.set()
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+
+    def _after_fork_in_child(self) -> None:
+        members = list(self._members)
+        self._init()
+        for m in members:  # they hold no claim in the child; they re-add themselves
+            self._members.add(m)
+
+
+_default: Heartbeat | None = None
+_default_lock = threading.Lock()
+
+
+def default_heartbeat() -> Heartbeat:
+    """The process's heartbeat, made on first use."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Heartbeat()
+    return _default
+
+
+def current_heartbeat() -> Heartbeat | None:
+    """The process's heartbeat, or None if no generator ever asked for one."""
+    return _default
+
+
+def shutdown() -> None:
+    """Stop the heartbeat and release every claim this process holds (exit, tests)."""
+    hb = _default
+    if hb is None:
+        return
+    hb.stop()
+    for m in hb.members():
+        try:
+            m.close()
+        except Exception as exc:  # at exit the database may be gone already
+            log.debug("could not release the worker id of %r: %s", m, exc)
+
+
+_atexit_installed = False
+_finalizer_pid = 0
+
+
+def _install_exit_hooks() -> None:
+    """``atexit`` once per interpreter (a forked child inherits it), and multiprocessing's
+    exit hook once per process (its forked children leave by ``os._exit``, skipping atexit)."""
+    global _atexit_installed, _finalizer_pid
+    if not _atexit_installed:
+        _atexit_installed = True
+        atexit.register(shutdown)
+    if _finalizer_pid != os.getpid():
+        _finalizer_pid = os.getpid()
+        # here, not at the top: importing multiprocessing.util registers its own atexit hook
+        from multiprocessing import util
+
+        util.Finalize(None, shutdown, exitpriority=10)

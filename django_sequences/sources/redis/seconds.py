@@ -1,12 +1,13 @@
-"""The ``timestamp`` strategy: ``int(strftime(format)) * 10**digits + counter`` in UTC,
-counted in Redis (one round trip per call) or in-process under a worker-id lease. Logic in
-``core/timestamp.py``."""
+"""The per-second counters of the ``timestamp`` strategy (``int(strftime(format)) * 10**digits +
+counter`` in UTC) when they are counted in Redis: one script, one round trip per call. The
+generator, and the in-process counter under a worker-id claim, are ``core/timestamp.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import redisconn, writers
+from .. import writers
+from . import connection
 
 # KEYS[1]: the sequence's last-second key (no expiry); KEYS[2]: this second's counter (2 s);
 # KEYS[3]: the writer, the master_replid of the Redis master that counted last (no expiry).
@@ -57,14 +58,14 @@ return {n, last}
 def redis_keys(name: str, alias: str) -> tuple[str, str]:
     """(last-second key, counter key prefix) of sequence ``name``; the writer key is the
     prefix followed by ``writer`` (one hash tag for all: one cluster slot)."""
-    prefix = redisconn.make_key(alias, f"django_sequences:timestamp:{{{name}}}")
+    prefix = connection.make_key(alias, f"django_sequences:timestamp:{{{name}}}")
     return f"{prefix}:last", f"{prefix}:"
 
 
 def redis_counter(name: str, alias: str) -> Callable[[int, int, int], tuple[int, int]]:
     """The one-round-trip counter of ``core.timestamp.RedisTimestampGenerator``."""
-    script = redisconn.Script(_COUNT)
-    store = redisconn.RedisStore(alias)
+    script = connection.Script(_COUNT)
+    store = connection.RedisStore(alias)
     last_key, prefix = redis_keys(name, alias)
     writer_key = f"{prefix}writer"
 

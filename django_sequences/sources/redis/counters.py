@@ -55,18 +55,18 @@ from typing import Any
 
 from django.apps import apps
 
-from ..core.chunks import REPLACED
-from ..core.hwm import (
+from ...core.chunks import REPLACED
+from ...core.hwm import (
     FULL,
     MISSING,
     OK,
     PENDING,
 )
-from ..core.validation import BIGINT_MAX
-from ..exceptions import BackendUnavailable
-from . import writers
-from .connections import on_private, select
-from .redisconn import RedisStore, Script
+from ...core.validation import BIGINT_MAX
+from ...exceptions import BackendUnavailable
+from .. import writers
+from ..connections import on_private, select
+from .connection import RedisStore, Script
 
 # a <= b for two integers written in decimal (as Redis writes them), exact at any size
 _LE = """
