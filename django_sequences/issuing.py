@@ -135,7 +135,7 @@ def build(name: str, using: str | None) -> Build:
 def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGenerator]:
     # at call time: the API imports this module before Django is set up (a project may import
     # next_value in its models), and models need the app registry
-    from .models import Sequence
+    from .models import Segment, Sequence
 
     alias = resolve_alias(using)
     spec = Sequence.objects.spec(name, using=alias)
@@ -149,6 +149,7 @@ def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGene
         d = sequence_defaults(declared or {})
         spec = Sequence.objects.define(name, using=alias, exist_ok=True, **d).spec()
     strategy = validate(spec)
+    strategy.rows = Segment  # the strategies sit below the models: the builder hands it in
     return spec, strategy, strategy.build(spec, alias)
 
 
