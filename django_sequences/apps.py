@@ -5,8 +5,6 @@ import logging
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
-from .conf import add_listener, on_setting_changed
-
 
 class DjangoSequencesConfig(AppConfig):
     name = "django_sequences"
@@ -28,14 +26,13 @@ class DjangoSequencesConfig(AppConfig):
         checks.install()  # the settings checks that need plugins and strategies
         # the test runner's database teardown first closes the private connections
         connections.close_before_test_databases_change()
-        add_listener(issuing.reset)
         # migrate, and the flush between a user's transactional tests, which emits it: the
         # process forgets every cached range and definition of the rows that went or changed
         post_migrate.connect(
             issuing.forget_after_migrate, dispatch_uid="django_sequences.forget_after_migrate"
         )
         plugins.set_flush_hook(flush_rate_stats)  # RateStats' flusher writes IssueStat rows
-        setting_changed.connect(on_setting_changed, dispatch_uid="django_sequences.settings")
+        setting_changed.connect(issuing.settings_changed, dispatch_uid="django_sequences.settings")
         django_checks.register(metrics.check, "django_sequences")
         django_checks.register(limits.check, "django_sequences")  # E040, W040
         if metrics.enabled():  # (the raw setting: a broken dict is the checks' to report)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from . import plugins
-from .conf import app_settings, sequence_defaults
+from .conf import SETTING, app_settings, sequence_defaults
 from .core import forking, prefetch
 from .core.base import IdGenerator, Issuing, KeyedGenerator, SequenceSpec, Status
 from .core.plugins import PluggedGenerator
@@ -202,6 +202,14 @@ def reset() -> None:
     # a forgotten generator's lease still queued runs now, not after the rows it would lease
     # from were made anew (a flush, then the next test's definition, took its values first)
     prefetch.default_prefetcher().drain()
+
+
+def settings_changed(*, setting: str, **kwargs: Any) -> None:
+    """``setting_changed`` receiver: after ``DJANGO_SEQUENCES`` or ``DATABASES`` changed (a
+    test's ``override_settings``), the settings are read again and :func:`reset` runs."""
+    if setting in (SETTING, "DATABASES"):
+        app_settings.reload()
+        reset()
 
 
 def forget_after_migrate(**kwargs: Any) -> None:
