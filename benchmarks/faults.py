@@ -106,10 +106,10 @@ def _bits(label: str) -> int:
 def _reset() -> None:
     from django.db import connections
 
-    from django_sequences import registry
+    from django_sequences import issuing
     from django_sequences.sources.connections import close_all
 
-    registry.reset()
+    issuing.reset()
     close_all()
     connections.close_all()
 

@@ -369,7 +369,7 @@ class InstrumentationError(RuntimeError):
 def segment_generator(name: str) -> SegmentGenerator:
     """The in-process generator of ``name``, checked to be a :class:`SegmentGenerator`."""
     from django_sequences.core.segment import SegmentGenerator
-    from django_sequences.registry import get
+    from django_sequences.issuing import get
 
     gen = get(name, None)
     if not isinstance(gen, SegmentGenerator):

@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_API = (
+_ISSUING = (
     "SequenceHandle",
     "anext_value",
     "anext_values",
-    "explain",
     "get_sequence",
     "next_value",
     "next_values",
@@ -24,6 +23,7 @@ _API = (
 _NUMBERS = (
     "anext_number",
     "anext_numbers",
+    "explain",
     "next_number",
     "next_numbers",
     "parse_number",
@@ -56,11 +56,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .api import (
+    from .issuing import (
         SequenceHandle,
         anext_value,
         anext_values,
-        explain,
         get_sequence,
         next_value,
         next_values,
@@ -68,6 +67,7 @@ if TYPE_CHECKING:
     from .numbers import (
         anext_number,
         anext_numbers,
+        explain,
         next_number,
         next_numbers,
         parse_number,
@@ -79,11 +79,11 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     # PEP 562: called only for names not in the module yet. Each one found is stored in the
     # module, so that later accesses (``ds.next_value``) cost a plain attribute read.
-    if name in _API:
+    if name in _ISSUING:
         # on first use: the package imports before Django is set up
-        from . import api
+        from . import issuing
 
-        value = getattr(api, name)
+        value = getattr(issuing, name)
     elif name in _NUMBERS:
         # on first use, as above
         from . import numbers

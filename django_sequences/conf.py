@@ -279,20 +279,12 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
 #: by :mod:`django_sequences.checks` when the app is ready, so this module imports nothing of
 #: the package but ``core`` and ``exceptions`` (docs/architecture.md).
 _validators: list[Callable[[dict[str, Any]], list[Problem]]] = []
-#: Called after ``DJANGO_SEQUENCES`` (or ``DATABASES``) changed: the registry's reset.
-_listeners: list[Callable[[], None]] = []
 
 
 def add_validator(fn: Callable[[dict[str, Any]], list[Problem]]) -> None:
     """Also run ``fn(settings merged over DEFAULTS)`` in :func:`problems` (once per ``fn``)."""
     if fn not in _validators:
         _validators.append(fn)
-
-
-def add_listener(fn: Callable[[], None]) -> None:
-    """Call ``fn()`` whenever the settings this module reads change (once per ``fn``)."""
-    if fn not in _listeners:
-        _listeners.append(fn)
 
 
 def _format_problems(s: dict[str, Any]) -> list[Problem]:
@@ -463,10 +455,3 @@ class AppSettings:
 
 
 app_settings = AppSettings()
-
-
-def on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting in (SETTING, "DATABASES"):
-        app_settings.reload()
-        for listener in list(_listeners):
-            listener()

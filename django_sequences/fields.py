@@ -50,13 +50,12 @@ from django.core import checks
 from django.db import models, router, transaction
 from django.db.models.signals import class_prepared, post_init, post_save, pre_save
 
-from .api import next_value, next_values
 from .conf import docs_url
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
 from .exceptions import InvalidDefinition, InvalidName, SequenceError
+from .issuing import next_value, next_values, refused
 from .numbers import NumberIssuer, issuer
-from .registry import refused
 from .sources.callers import joins_callers_transaction
 from .templating import compile_template
 

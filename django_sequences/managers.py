@@ -276,31 +276,6 @@ class SegmentManager(models.Manager[Any]):
         """
         return rows.lease(self.model, key, count, using=using, sequence=sequence)
 
-    def increment(
-        self,
-        key: str,
-        count: int = 1,
-        *,
-        using: str | None = None,
-        sequence: str | None = None,
-        gapless: bool = False,
-    ) -> tuple[int, int]:
-        """Take the next ``count`` values of row ``key`` in one atomic statement (strict order).
-
-        PostgreSQL and SQLite run ``UPDATE … RETURNING``, MariaDB/MySQL ``UPDATE … SET value =
-        LAST_INSERT_ID(value + n)``: one round trip, and concurrent callers queue on the row
-        lock, so values come out strictly increasing across processes. Near ``max_value``, on
-        a wrap, or for a missing row it falls back to :meth:`lease` (which may return fewer
-        than ``count`` values at the limit).
-
-        ``gapless=False``: on the private connection, committed at once. ``gapless=True``: on
-        the caller's connection, inside the caller's transaction: a rollback gives the values
-        back, and the row stays locked until the caller commits.
-        """
-        return rows.increment(
-            self.model, key, count, using=using, sequence=sequence, gapless=gapless
-        )
-
     def lock_rows(
         self, *, using: str, keys: Iterable[str] | None = None, sequence: str | None = None
     ) -> int:

@@ -1,4 +1,5 @@
-"""Business numbers: a sequence's template rendered around its values.
+"""Business numbers: a sequence's template rendered around its values, read back
+(``parse_number``), and ``explain``: the parts of a number or of a structured value.
 
 ``next_number("order")`` takes the next value of sequence ``order`` and renders the
 definition's ``template`` (``formats/template.py``; grammar in docs/templates.md) around it.
@@ -11,31 +12,33 @@ are computed from one reading of the clock, in the configured time zone
 date with another day's counter.
 
 One :class:`NumberIssuer` per (database alias, sequence, template) and process, built lazily
-and dropped with the registry. Its fast path (:attr:`NumberIssuer.issue_one`, one function
-compiled per issuer and clock with ``Template.compile_function``) is a clock read, two
-comparisons with the frame it holds (the span of time through which the template's dates, and
-so the period and its generator, stay the same: ``Template.frame_at``), the generator's
-``next()``, the template's rendering inline, and the signal only when a receiver is connected;
-plugins, when configured, run around it.
+and dropped with the generators (``issuing.reset``). Its fast path
+(:attr:`NumberIssuer.issue_one`, one function compiled per issuer and clock with
+``Template.compile_function``) is a clock read, two comparisons with the frame it holds (the
+span of time through which the template's dates, and so the period and its generator, stay
+the same: ``Template.frame_at``), the generator's ``next()``, the template's rendering inline,
+and the signal only when a receiver is connected; plugins, when configured, run around it.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from . import registry
+from . import issuing
 from .conf import app_settings
 from .core import forking
 from .core.base import IdGenerator, SequenceSpec
 from .core.clock import SYSTEM_CLOCK, Clock
 from .core.plugins import IssueEvent
-from .core.validation import check_count, check_name, check_using
+from .core.validation import BIGINT_MAX, BIGINT_MIN, check_count, check_name, check_using, shown
 from .exceptions import (
     InvalidCount,
     InvalidDefinition,
+    InvalidKey,
     InvalidNumber,
     SequenceError,
     TemplateError,
@@ -289,7 +292,7 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
     with _issuers_lock:
         found = _issuers.get((using, name, template))
         if found is None:
-            built = registry.build(name, using)  # one lookup: definition, strategy, chain
+            built = issuing.build(name, using)  # one lookup: definition, strategy, chain
             compiled = compile_template(built.spec, template)
             # the raw generator: values plugins are not run twice (the issuer runs the chain)
             found = NumberIssuer(
@@ -303,7 +306,7 @@ def issuer(name: str, using: str | None = None, template: str | None = None) -> 
                 built.chain,
                 built.periods if template is None else None,
             )
-            if built.provisional:  # (registry.Build.provisional)
+            if built.provisional:  # (issuing.Build.provisional)
                 return found
             _issuers[(using, name, template)] = found
             if template is None:
@@ -324,7 +327,7 @@ def _new_lock_in_child() -> None:
     _issuers_lock = threading.Lock()
 
 
-registry.on_reset(reset)  # the issuers are built on the registry's generators
+issuing.on_reset(reset)  # the issuers are built on the registry's generators
 
 
 # --- the public functions -------------------------------------------------------------------
@@ -412,7 +415,7 @@ def validate_number(name: str, number: str, *, using: str | None = None) -> bool
 
 
 def _refused(name: str, exc: SequenceError) -> None:
-    registry.refused(name, exc)
+    issuing.refused(name, exc)
 
 
 def render_preview(
@@ -436,3 +439,84 @@ def render_preview(
         return numbers
     except (TemplateError, InvalidNumber) as exc:
         raise InvalidDefinition(str(exc)) from exc
+
+
+# --- explaining a value or a number --------------------------------------------------------------
+
+
+def explain(name: str, value: int | str, *, using: str | None = None) -> dict[str, Any]:
+    """Decode a value or a number of sequence ``name`` into its parts: one call for anything
+    the sequence issued.
+
+    - an ``int``: a structured value (snowflake, timestamp, failover, memory_bits) ->
+      ``{"time", "timestamp", "worker_id", "sequence"}`` and the like. Plain counters have no
+      parts: :class:`InvalidDefinition`.
+    - a ``str``: a number of the sequence's template -> what
+      :func:`~django_sequences.numbers.parse_number` reads (``seq``, ``date``, ``ctx.NAME``,
+      ``check`` …), with ``seq_parts``, the parts of ``seq``, when the strategy's values have
+      parts. A text that does not match the template (or a sequence without a template) is
+      read as a decimal value (an id a JSON client got as a string); else
+      :class:`InvalidNumber` (template) or :class:`InvalidKey` (no template) says why.
+    """
+    return decode(name, value, using=using)[1]
+
+
+def decode(
+    name: str, value: int | str, *, using: str | None = None
+) -> tuple[int | str, dict[str, Any]]:
+    """:func:`explain`, and what it read: the value (an ``int``) or the number (a ``str``)."""
+    gen = issuing.get(name, using)
+    structured = getattr(gen, "explain", None)
+    if isinstance(value, str):
+        spec = issuing.spec(name, using)
+        if spec.template:
+            try:
+                parts = parse_number(name, value, using=using)
+            except InvalidNumber as exc:
+                as_int = _decimal(value)
+                if as_int is None or structured is None:
+                    if as_int is not None:
+                        raise InvalidNumber(
+                            f"{exc} Read as a value it has no parts either: sequence "
+                            f"{name!r} (strategy {gen.strategy!r}) makes plain counters."
+                        ) from None
+                    raise
+                return as_int, _value_parts(name, structured, as_int)
+            seq = parts.get("seq")
+            if structured is not None and isinstance(seq, int) and not isinstance(seq, bool):
+                parts["seq_parts"] = _value_parts(name, structured, seq)
+            return value, parts
+        as_int = _decimal(value)
+        if as_int is None:
+            raise InvalidKey(
+                f"{shown(value)} is not a value of sequence {name!r}: it has no template, so "
+                f"what it issues are integers (send one, as an int or in decimal digits)."
+            )
+        value = as_int
+    if structured is None:
+        raise InvalidDefinition(
+            f"Sequence {name!r} (strategy {gen.strategy!r}) makes plain counters; only "
+            f"structured values (snowflake, timestamp) can be explained."
+        )
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidKey(
+            f"A value to explain is an integer (or a number, a str); got {shown(value)}."
+        )
+    return value, _value_parts(name, structured, value)
+
+
+#: A value in decimal: what a JSON client that got ids as strings sends back.
+_DECIMAL = re.compile(r"-?[0-9]{1,20}\Z")
+
+
+def _decimal(text: str) -> int | None:
+    return int(text) if _DECIMAL.match(text) else None
+
+
+def _value_parts(name: str, decode: Any, value: int) -> dict[str, Any]:
+    if not BIGINT_MIN <= value <= BIGINT_MAX:
+        raise InvalidKey(
+            f"{shown(value)} is not a value of sequence {name!r}: its values are 64-bit integers."
+        )
+    result: dict[str, Any] = decode(value)
+    return result

@@ -33,7 +33,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from . import numbers, registry, reservation_rows
+from . import issuing, numbers, reservation_rows
 from .audits import Audit, AuditNumber, Gap, audit
 from .conf import app_settings
 from .core.base import SequenceSpec
@@ -271,7 +271,7 @@ def reserve_number(
     seconds = _ttl(ttl)
     who = {"actor": _actor(actor), "label": _actor(label, "label"), "token_id": _token(token)}
     check_using(using)
-    spec = registry.build(name, using).spec  # SequenceNotFound for an unknown name
+    spec = issuing.build(name, using).spec  # SequenceNotFound for an unknown name
     check_reservable(spec)
     wall = time.time()
     render: Callable[[int], str] = str  # no template: the number is the value

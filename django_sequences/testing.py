@@ -33,7 +33,7 @@ from django.apps import apps
 from django.core import mail
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import registry
+from . import issuing
 from .exceptions import ConfigurationError
 from .fields import sequence_fields
 from .sources.callers import in_own_transaction
@@ -57,7 +57,7 @@ def reset_sequences(*names: str, using: str | None = None) -> None:
             "is logged."
         )
     alias = resolve_alias(using)
-    registry.reset()
+    issuing.reset()
     # the models need the app registry, which pytest's plugin loading comes before
     from .models import Reservation, ReservationEvent, Segment, Sequence, SeriesMark
 
@@ -114,7 +114,7 @@ def reset_sequences(*names: str, using: str | None = None) -> None:
         for field in sequence_fields(model):
             if field.sequence in chosen and resolve_alias(field.using) == alias:
                 adopt(model, field.name)
-    registry.reset()
+    issuing.reset()
 
 
 class FreshSequencesMixin:

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from hypothesis import HealthCheck, settings
 
-from django_sequences import registry
+from django_sequences import issuing
 from django_sequences.sources import connections as private_connections
 from tests.support.private_servers import PrivateRedis, redis_alias, running
 
@@ -135,10 +135,10 @@ def _fresh_registry() -> Iterator[None]:
     from django_sequences.core.prefetch import default_prefetcher
 
     default_prefetcher().stop(timeout=10)
-    registry.reset()
+    issuing.reset()
     yield
     default_prefetcher().stop(timeout=10)
-    registry.reset()
+    issuing.reset()
 
 
 @pytest.fixture(scope="session")

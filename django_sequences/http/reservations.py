@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest
 
-from .. import registry
+from .. import issuing
 from ..exceptions import InvalidDefinition, ReservationNotFound
 from ..reservations import (
     MAX_ACTOR,
@@ -191,7 +191,7 @@ def _context(body: Payload) -> dict[str, Any]:
 def _check_strategy(name: str) -> None:
     """The core's rule (``reservations.check_reservable``), answered 400 rather than with its
     InvalidDefinition (a 500: a definition the server cannot use)."""
-    spec = registry.spec(name, None)
+    spec = issuing.spec(name, None)
     try:
         check_reservable(spec)
     except InvalidDefinition as exc:

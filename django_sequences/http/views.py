@@ -44,11 +44,10 @@ from django.urls import Resolver404, resolve
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import get_sequence, next_numbers, next_values, registry
-from ..api import decode
+from .. import get_sequence, issuing, next_numbers, next_values
 from ..exceptions import InvalidKey
 from ..formats.context import ContextKeyConflict, put_dotted
-from ..numbers import issuer
+from ..numbers import decode, issuer
 from . import openapi as openapi_document
 from .access import endpoint
 from .bodies import (
@@ -136,7 +135,7 @@ def numbers(request: HttpRequest, token: ApiToken, name: str) -> Payload:
     body = json_body(request, ("count", "context"))
     count = count_of(request, body)
     context = context_of(request, body, lambda: _context_names(name))
-    if not registry.spec(name, None).template:
+    if not issuing.spec(name, None).template:
         raise bad_request(
             f"Sequence {name!r} has no template: it issues values, not numbers. Use "
             f"POST {_sibling(request, 'values')} instead."
@@ -156,7 +155,7 @@ def numbers(request: HttpRequest, token: ApiToken, name: str) -> Payload:
 
 def _context_names(name: str) -> frozenset[str]:
     """The top-level context names sequence ``name``'s template reads (none without one)."""
-    if not registry.spec(name, None).template:
+    if not issuing.spec(name, None).template:
         return frozenset()
     return issuer(name).template.context_names
 
@@ -164,14 +163,14 @@ def _context_names(name: str) -> frozenset[str]:
 @endpoint("GET", needs=("explain",))
 def explain(request: HttpRequest, token: ApiToken, name: str, value: str) -> Payload:
     """The parts of ``value``: a value of sequence ``name`` (snowflake, timestamp …) or, for a
-    sequence with a template, one of its numbers (``api.explain`` reads the text as a number
+    sequence with a template, one of its numbers (``numbers.explain`` reads the text as a number
     first, then as a value). Needs ``explain``, which new tokens do not have: its answers
     decode ``perm`` and ``short`` numbers back to their values (the key's power over the
     sequence), and its refusals (which say where a text stops matching the template) show how
     the sequence's numbers are made."""
     refuse_unknown_query(request, frozenset({"ids"}), "ids")
     as_strings = ids_as_strings(request, {})
-    if not registry.spec(name, None).template:
+    if not issuing.spec(name, None).template:
         if not _VALUE_RE.match(value):
             raise bad_request(f"The value to explain must be an integer; got {short(value)}.")
         number = int(value)
@@ -179,7 +178,7 @@ def explain(request: HttpRequest, token: ApiToken, name: str, value: str) -> Pay
             raise bad_request(
                 f"{number} is not a value of sequence {name!r}: its values are 64-bit integers."
             )
-        if getattr(registry.get(name, None), "explain", None) is None:
+        if getattr(issuing.get(name, None), "explain", None) is None:
             raise bad_request(
                 f"Sequence {name!r} issues plain counters, whose values have no parts; only "
                 f"snowflake and timestamp values can be explained."

@@ -26,7 +26,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .. import registry
+from .. import issuing
 from ..core.base import SequenceSpec
 from ..exceptions import InvalidDefinition, InvalidNumber
 from ..formats.keys import period_key, shard_keys
@@ -127,7 +127,7 @@ def reader_for(name: str, using: str | None, template: str | None, plain: bool) 
     yet is made, as its first use would."""
     spec = Sequence.objects.spec(name, using=resolve_alias(using))
     if spec is None:
-        spec = registry.spec(name, using)  # made from its declaration, or SequenceNotFound
+        spec = issuing.spec(name, using)  # made from its declaration, or SequenceNotFound
     text = None if plain else (template or spec.template or None)
     return Reader(spec, None if text is None else compile_template(spec, text))
 
@@ -176,8 +176,8 @@ def lift(
             alias,
             ", ".join(f"{r.key}: {r.before} -> {r.after}" for r in done if r.raised),
         )
-    if not dry_run and registry.holds(spec.name):
-        registry.reset()  # this process's cached ranges may hold the values found stored
+    if not dry_run and issuing.holds(spec.name):
+        issuing.reset()  # this process's cached ranges may hold the values found stored
     return done
 
 
@@ -282,7 +282,7 @@ def _forget() -> None:
     _readers.clear()
 
 
-registry.on_reset(_forget)
+issuing.on_reset(_forget)
 
 
 def keep_above(

@@ -42,7 +42,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.signals import request_finished
 
-from .. import numbers, registry
+from .. import issuing, numbers
 from ..conf import SETTING, docs_url
 from ..core import forking
 from ..core.failover import FailoverGenerator
@@ -192,8 +192,8 @@ def _live() -> dict[int, tuple[Any, str]]:
     only hands on their values), and the number issuers' (their own row's, and the per-period
     ones of a template that is not the definition's)."""
     out: dict[int, tuple[Any, str]] = {}
-    for alias, name in registry.loaded():
-        found = registry.cached(name, alias)
+    for alias, name in issuing.loaded():
+        found = issuing.cached(name, alias)
         if found is not None:
             raw = _raw(found)
             gens = raw.periods.generators() if isinstance(raw, PeriodValues) else [raw]

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connections
 from django.db.models import Count, F, Max, Q
 
-from .. import registry
+from .. import issuing
 from ..conf import app_settings
 from ..core.base import SequenceSpec
 from ..core.failover import FailoverGenerator
@@ -234,10 +234,10 @@ def partition_health(spec: SequenceSpec, alias: str) -> list[dict[str, Any]]:
     except SequenceError as exc:
         return [{"index": None, "reachable": False, "error": str(exc)}]
     known: list[dict[str, Any]] = []
-    loaded = set(registry.loaded())
+    loaded = set(issuing.loaded())
     using = next((u for u in (None, alias) if (u, spec.name) in loaded), alias)
     if (using, spec.name) in loaded:  # this process issues from it: what it has seen
-        gen = registry.get(spec.name, using)
+        gen = issuing.get(spec.name, using)
         gen = getattr(gen, "inner", gen)  # (under the plugin chain)
         if isinstance(gen, FailoverGenerator):
             known = gen.partitions()

@@ -31,7 +31,7 @@ from django.db.models import BigIntegerField, F, Max, Sum, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from .. import registry
+from .. import issuing
 from ..models import IssueStat, Segment
 from ..plugins import RateStats, active
 from ..sources.connections import resolve_alias
@@ -170,7 +170,7 @@ def flush_rate_stats(*, now: datetime | None = None) -> int:
             _flushed_pid = os.getpid()
         by_alias: dict[str, list[IssueStat]] = {}
         marks: dict[tuple[str | None, str], int] = {}
-        for using, name in registry.loaded():
+        for using, name in issuing.loaded():
             since = _flushed.get((using, name), 0)
             series = [(m, c) for m, c in plugin.series(name, using, now=t) if m >= since and c]
             if not series:

@@ -48,6 +48,10 @@ class Strategy:
     #: Whether :meth:`build_keyed` works: the strategy keeps its counter in a row that can be
     #: one of several (templated numbers that restart every period use one row a period).
     keyed_rows: ClassVar[bool] = False
+    #: The counter-row model (``Segment``), handed in by whoever builds the generator
+    #: (``issuing``, above the models; a wrapper hands its own to its inner strategies): the
+    #: strategies sit below the models, so they never look it up themselves.
+    rows: Any = None
 
     def validate(self, spec: SequenceSpec) -> None:
         # options["generator"] is how strategy="custom" names the registered strategy

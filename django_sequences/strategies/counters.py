@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.apps import apps
 from django.db import connections
 
 from ..conf import app_settings
@@ -59,9 +58,7 @@ class SegmentStrategy(Strategy):
         return self.build_keyed(spec, alias, spec.name)
 
     def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
-        # by name through the app registry: the models import this layer
-        Segment: Any = apps.get_model("django_sequences", "Segment")
-
+        model = self.rows
         name = spec.name
         lo, hi = self.steps(spec)
         sizing = None
@@ -70,7 +67,7 @@ class SegmentStrategy(Strategy):
             sizing = Sizing(lo, hi, float(self.option(spec, "lease_seconds")), lead=lead)
 
         def lease(count: int | None) -> tuple[int, int]:
-            return Segment.objects.lease(row_key, count, using=alias, sequence=name)
+            return sources_rows.lease(model, row_key, count, using=alias, sequence=name)
 
         settings: dict[str, Any] = {
             "threshold": app_settings.PREFETCH_THRESHOLD,
@@ -79,7 +76,7 @@ class SegmentStrategy(Strategy):
         }
         if connections[alias].vendor != "sqlite":
             return SegmentGenerator(row_key, lease, **settings)
-        return SQLiteSegmentGenerator(row_key, lease, alias, name, **settings)
+        return SQLiteSegmentGenerator(row_key, lease, model, alias, name, **settings)
 
 
 def _in_transaction(model: Any, key: str, count: int, alias: str, name: str) -> tuple[int, int]:
@@ -91,10 +88,7 @@ def _in_transaction(model: Any, key: str, count: int, alias: str, name: str) -> 
     got = sources_rows.increment_unless_locked(model, key, count, using=alias, sequence=name)
     if got is not None:
         return got
-    found: tuple[int, int] = model.objects.increment(
-        key, count, using=alias, sequence=name, gapless=True
-    )
-    return found
+    return sources_rows.increment(model, key, count, using=alias, sequence=name, gapless=True)
 
 
 class SQLiteSegmentGenerator(SegmentGenerator):
@@ -105,10 +99,13 @@ class SQLiteSegmentGenerator(SegmentGenerator):
     after the timeout; ``sources.callers.joins_callers_transaction``). Outside a transaction
     it is the plain segment generator."""
 
-    __slots__ = ("_alias", "_prefetches", "_sequence")
+    __slots__ = ("_alias", "_model", "_prefetches", "_sequence")
 
-    def __init__(self, name: str, lease: LeaseFn, alias: str, sequence: str, **kwargs: Any) -> None:
+    def __init__(
+        self, name: str, lease: LeaseFn, model: Any, alias: str, sequence: str, **kwargs: Any
+    ) -> None:
         super().__init__(name, lease, **kwargs)
+        self._model = model  # the counter-row model
         self._alias = alias
         self._sequence = sequence  # (its name: the counter row is ``name``)
         # Django's in-memory test database is SQLite's shared cache, where a connection meets
@@ -126,8 +123,7 @@ class SQLiteSegmentGenerator(SegmentGenerator):
 
     def _joined(self, count: int) -> tuple[int, int]:
         # (no closure per generator: thousands of generators are cached)
-        model = apps.get_model("django_sequences", "Segment")
-        return _in_transaction(model, self.name, count, self._alias, self._sequence)
+        return _in_transaction(self._model, self.name, count, self._alias, self._sequence)
 
     def next(self) -> int:
         if not joins_callers_transaction(self._alias):
@@ -171,18 +167,16 @@ class StrictStrategy(Strategy):
         return self.build_keyed(spec, alias, spec.name)
 
     def build_keyed(self, spec: SequenceSpec, alias: str, row_key: str) -> IdGenerator:
-        # by name through the app registry: the models import this layer
-        Segment: Any = apps.get_model("django_sequences", "Segment")
-
+        model = self.rows
         gapless: bool = self.option(spec, "gapless")
         shards: int = self.option(spec, "shards")
         keys = shard_keys(row_key, shards)
 
         def increment(shard: int, count: int) -> tuple[int, int]:
             if not gapless and joins_callers_transaction(alias):  # SQLiteSegmentGenerator
-                return _in_transaction(Segment, keys[shard], count, alias, spec.name)
-            return Segment.objects.increment(
-                keys[shard], count, using=alias, sequence=spec.name, gapless=gapless
+                return _in_transaction(model, keys[shard], count, alias, spec.name)
+            return sources_rows.increment(
+                model, keys[shard], count, using=alias, sequence=spec.name, gapless=gapless
             )
 
         return StrictGenerator(spec.name, increment, shards=shards)

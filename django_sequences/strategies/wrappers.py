@@ -138,6 +138,7 @@ class _Wrapper(Strategy):
 
     def _lazy(self, inner: SequenceSpec, where: str, strategy: Strategy) -> IdGenerator:
         ensure_inner(inner, where)
+        strategy.rows = self.rows  # (the counter-row model this wrapper was handed)
         return strategy.build(inner, where)
 
 

@@ -142,5 +142,5 @@ def test_database_stopped_and_started_mid_run(
     assert waits > 0, "no worker noticed the database was down"
     connections[PRIVATE].close()  # the old session died with the server
     private_connections.close_alias(PRIVATE)
-    django_sequences.registry.reset()
+    django_sequences.issuing.reset()
     assert next_value("order", using=PRIVATE) > max(every)

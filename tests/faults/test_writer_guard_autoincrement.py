@@ -23,7 +23,7 @@ from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import override_settings
 
-from django_sequences import get_sequence, next_value, next_values, registry
+from django_sequences import get_sequence, issuing, next_value, next_values
 from django_sequences.exceptions import ConfigurationError
 from django_sequences.models import CounterWriter, Sequence
 from django_sequences.signals import counter_moved_ahead
@@ -66,7 +66,7 @@ def define(bits: int = 0) -> None:
 
 
 def generator() -> AutoIncrementGenerator:
-    gen = registry.get("wb", None)
+    gen = issuing.get("wb", None)
     assert isinstance(gen, AutoIncrementGenerator)
     return gen
 
@@ -96,7 +96,7 @@ def fail_over(index: int, *, keep: int, pace: int, process_knew_old: bool = True
     """What a promoted replica that received table ``index``'s ids up to ``keep`` holds: the
     writer row by the old primary (``OTHER``), the counter at ``keep``. ``process_knew_old``:
     this process last checked the table on the old primary (else it forgets nothing: a new
-    process, with ``registry.reset()``)."""
+    process, with ``issuing.reset()``)."""
     table = table_name("wb", index)
     with no_private_statements("default"):  # no insert of this process meanwhile
         if process_knew_old:
@@ -211,13 +211,13 @@ def test_a_process_started_after_the_promotion_moves_before_its_first_insert(
     define()
     issued = [next_value("wb") for _ in range(10)]
     fail_over(0, keep=6, pace=5, process_knew_old=False)
-    registry.reset()
+    issuing.reset()
     before = writers.jump_count()
     assert next_value("wb") == 6 + MARGIN_FLOOR + 1 > max(issued)
     assert writers.jump_count() == before + 1
     assert writers.jumps()[-1].before == 6
     # then every other process finds the row moved: no second move
-    registry.reset()
+    issuing.reset()
     assert next_value("wb") == 6 + MARGIN_FLOOR + 2
     assert writers.jump_count() == before + 1
 

@@ -27,7 +27,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from django_sequences import get_sequence, next_value, next_values, registry
+from django_sequences import get_sequence, issuing, next_value, next_values
 from django_sequences.core.hwm import HwmGenerator, period_stamp
 from django_sequences.models import Sequence
 from django_sequences.sources import writers
@@ -313,7 +313,7 @@ def test_window_without_the_guard_hands_out_the_old_values_again(
     prefix: str, unguarded: None
 ) -> None:
     key, issued, cur = _window_before_failover(prefix)
-    registry.reset()  # another process: it takes its chunks from the window
+    issuing.reset()  # another process: it takes its chunks from the window
     after = [next_value("s") for _ in range(10)]
     assert after == list(range(cur - 19, cur - 9))
     # every one of them went out before: issued, or held by the first process

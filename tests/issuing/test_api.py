@@ -50,7 +50,7 @@ def test_next_values_larger_than_step() -> None:
 def test_values_cached_by_a_lost_process_become_a_gap_not_a_duplicate() -> None:
     Sequence.objects.define("order", step=100)
     assert next_value("order") == 1
-    django_sequences.registry.reset()  # as a restarted process: 2..100 are lost
+    django_sequences.issuing.reset()  # as a restarted process: 2..100 are lost
     assert next_value("order") == 101
 
 
@@ -207,7 +207,7 @@ def test_lease_inside_rolled_back_atomic_is_never_issued_again() -> None:
         raise Boom
     assert not Sequence.objects.filter(name="other").exists()  # the caller's write rolled back
     assert rows("order") == (100, 1)  # the lease did not
-    django_sequences.registry.reset()  # another process
+    django_sequences.issuing.reset()  # another process
     assert next_value("order") == 101
     assert taken < 101
 

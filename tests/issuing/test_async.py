@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from django_sequences import anext_number, anext_value, anext_values, next_value, registry
+from django_sequences import anext_number, anext_value, anext_values, issuing, next_value
 from django_sequences.exceptions import InvalidCount, SequenceNotFound
 from django_sequences.models import Sequence
 
@@ -56,7 +56,7 @@ def test_a_slow_lease_does_not_block_the_loop_and_memory_values_stay_on_it(setti
     assert values == list(range(1, 52))
     # the 0.3 s lease ran in a thread: the ticker never waited anywhere near that long
     assert longest_gap < 0.15
-    gen: Any = registry.get("slow", None)
+    gen: Any = issuing.get("slow", None)
     assert gen.fast_threads and set(gen.fast_threads) == {loop_thread}
 
 

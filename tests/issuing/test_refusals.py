@@ -23,13 +23,13 @@ from hypothesis import strategies as st
 from django_sequences import (
     anext_number,
     anext_numbers,
+    issuing,
     next_number,
     next_numbers,
     next_value,
     next_values,
     numbers,
     parse_number,
-    registry,
     validate_number,
 )
 from django_sequences.exceptions import (
@@ -132,10 +132,10 @@ def test_regression_sequences_next_leases_exactly_what_it_prints() -> None:
     Sequence.objects.define("rf.cli", step=1000)
     assert run("sequences_next", "rf.cli", "-n", "3").split() == ["1", "2", "3"]
     assert row_value("rf.cli") == 3
-    registry.reset()  # a new process
+    issuing.reset()  # a new process
     assert run("sequences_next", "rf.cli").split() == ["4"]
     assert row_value("rf.cli") == 4
-    registry.reset()
+    issuing.reset()
     assert next_value("rf.cli") == 5  # an ordinary caller leases its step as before
     assert row_value("rf.cli") == 1004
 
@@ -144,7 +144,7 @@ def test_sequences_next_number_leases_exactly_what_it_prints() -> None:
     Sequence.objects.define("rf.clin", step=1000, template="D{date:%Y%m%d}{seq:04}")
     first = run("sequences_next", "rf.clin", "--number").split()
     assert [parse_number("rf.clin", n)["seq"] for n in first] == [1]
-    registry.reset()
+    issuing.reset()
     got = json.loads(run("sequences_next", "rf.clin", "--number", "-n", "2", "--json"))
     assert [parse_number("rf.clin", n)["seq"] for n in got["numbers"]] == [2, 3]
     (key,) = Segment.objects.filter(key__startswith="rf.clin:").values_list("key", flat=True)
@@ -155,7 +155,7 @@ def test_sequences_next_refused_by_the_context_takes_nothing() -> None:
     Sequence.objects.define("rf.clic", step=1000, template="{ctx.area:3}-{seq:05}")
     with pytest.raises(CommandError, match="area"):
         run("sequences_next", "rf.clic", "--number", "--context", "area=1")
-    registry.reset()
+    issuing.reset()
     assert run("sequences_next", "rf.clic", "--number", "--context", "area=010").split() == [
         "010-00001"
     ]
@@ -263,7 +263,7 @@ def test_regression_numbers_raise_only_typed_errors_and_refusals_consume_nothing
 
 def test_regression_preview_and_issuer_refuse_bad_input_typed() -> None:
     Sequence.objects.define("rf.prev", template="{ctx.area}-{seq:05}")
-    spec = registry.spec("rf.prev", None)
+    spec = issuing.spec("rf.prev", None)
     for values, context in (
         ([1], None),
         ([1], {"area": [1]}),

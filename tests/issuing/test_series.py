@@ -22,7 +22,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from django_sequences import models, next_numbers, next_value, next_values, registry
+from django_sequences import issuing, models, next_numbers, next_value, next_values
 from django_sequences.core.prefetch import default_prefetcher
 from django_sequences.exceptions import InvalidDefinition, SequenceNotFound
 from django_sequences.models import Segment, Sequence
@@ -85,7 +85,7 @@ def test_regression_delete_and_redefine_issued_everything_again(
     Sequence.objects.define(name, **KINDS[kind])
     first = issue(name, kind)
     default_prefetcher().stop()  # the process ends: its background lease is done
-    registry.reset()  # what the next process sees
+    issuing.reset()  # what the next process sees
     delete(name, how, admin_client)
     if how != "row":
         assert not Sequence.objects.filter(name=name).exists()
@@ -154,7 +154,7 @@ def test_reset_series_goes_back_and_logs_a_warning(caplog: pytest.LogCaptureFixt
     Sequence.objects.define("rs", strategy="strict", step=5, template="INV{seq:04}")
     first = next_numbers("rs", 3)
     assert first == ["INV0001", "INV0002", "INV0003"]
-    registry.reset()
+    issuing.reset()
     Sequence.objects.filter(name="rs").delete()
     with caplog.at_level(logging.WARNING, logger="django_sequences"):
         done = Sequence.objects.reset_series("rs")
@@ -174,7 +174,7 @@ def test_reset_series_of_a_live_definition_puts_its_rows_back(
         done = Sequence.objects.reset_series("rs.live")
     assert [(r.key, r.before, r.after) for r in done] == [("rs.live", 3, 0)]
     assert caplog.records
-    registry.reset()
+    issuing.reset()
     assert next_value("rs.live") == 1
 
 
@@ -223,7 +223,7 @@ def test_regression_another_spelling_found_the_definition() -> None:
     with pytest.raises(SequenceNotFound):
         next_value("ABC")
     with override_settings(DJANGO_SEQUENCES={"AUTO_CREATE": True}):
-        registry.reset()
+        issuing.reset()
         assert next_value("ABC") == 1  # its own definition, its own counter
     assert sorted(Sequence.objects.values_list("name", flat=True)) == ["ABC", "abc"]
     assert sorted(Segment.objects.values_list("key", flat=True)) == ["ABC", "abc"]
@@ -336,7 +336,7 @@ def test_a_redis_sequence_deleted_and_defined_again_issues_nothing_again(
     Sequence.objects.define("del.redis", **kwargs)
     first = list(next_values("del.redis", 7))
     default_prefetcher().stop()
-    registry.reset()
+    issuing.reset()
     Sequence.objects.filter(name="del.redis").delete()
     if lose_redis:
         redisutil.delete_prefix(prefix)

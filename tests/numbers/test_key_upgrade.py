@@ -18,7 +18,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test import override_settings
 
-from django_sequences import explain, next_numbers, registry
+from django_sequences import explain, issuing, next_numbers
 from django_sequences.checks import check_legacy_keys
 from django_sequences.models import Sequence
 from django_sequences.sources import connections as private_connections
@@ -57,7 +57,7 @@ def old_database() -> Iterator[Any]:
         yield migrate([BEFORE])
     finally:
         migrate(last)
-        registry.reset()
+        issuing.reset()
 
 
 def test_an_upgraded_database_goes_on_under_the_old_mappings(old_database: Any) -> None:
@@ -75,7 +75,7 @@ def test_an_upgraded_database_goes_on_under_the_old_mappings(old_database: Any) 
     marks.objects.create(key="old.gone", sequence="old.gone", value=7)
 
     migrate(latest())
-    registry.reset()
+    issuing.reset()
 
     with override_settings(DJANGO_SEQUENCES={"OBFUSCATION_KEY": KEY}):
         assert set(Sequence.objects.values_list("key_salt", flat=True)) == {""}

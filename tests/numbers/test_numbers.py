@@ -492,10 +492,10 @@ def test_regression_a_reset_that_is_not_a_string_is_refused_typed() -> None:
 def test_a_cold_next_number_compiles_its_template_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Validating the definition and building its issuer used to compile the template twice,
     and the issuer asked the registry four times; one build record now serves both."""
-    from django_sequences import registry, templating
+    from django_sequences import issuing, templating
 
     Sequence.objects.define("cold", step=10, template="C{date:%Y%m%d}{seq:04}")
-    registry.reset()
+    issuing.reset()
     calls: list[str] = []
     real = templating.compile
 
@@ -507,7 +507,7 @@ def test_a_cold_next_number_compiles_its_template_once(monkeypatch: pytest.Monke
     first = next_number("cold")
     assert calls == ["C{date:%Y%m%d}{seq:04}"]
     assert next_number("cold") != first
-    built = registry.build("cold", None)
+    built = issuing.build("cold", None)
     assert built.spec.template == "C{date:%Y%m%d}{seq:04}" and built.chain is None
     # no plugin: not wrapped; the values come from the per-period counters next_number uses
     assert isinstance(built.generator, PeriodValues) and built.generator.periods is built.periods

@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_sequences import explain, next_numbers, registry
+from django_sequences import explain, issuing, next_numbers
 from django_sequences.checks import check_legacy_keys
 from django_sequences.exceptions import InvalidNumber
 from django_sequences.formats.obfuscation import ShortCode, TieredShortCode, decimal_permutation
@@ -106,7 +106,7 @@ def test_a_new_definition_gets_a_salt_of_its_own() -> None:
     assert a.key_salt != b.key_salt
     assert salt_of("k.a") == a.key_salt
     assert Sequence.objects.spec("k.a").key_salt == a.key_salt  # type: ignore[union-attr]
-    assert registry.spec("k.a", None).key_salt == a.key_salt
+    assert issuing.spec("k.a", None).key_salt == a.key_salt
     assert a.spec().key_salt == a.key_salt
 
 
@@ -142,7 +142,7 @@ def test_redefinition_keeps_the_salt(admin_client: Client) -> None:
     assert admin_client.post(change, form).status_code == 302
     assert Sequence.objects.get(name="k.r").step == 40
     assert salt_of("k.r") == salt
-    registry.reset()
+    issuing.reset()
     assert [explain("k.r", n)["seq"] for n in numbers] == [1, 2, 3]  # the mapping it issued with
 
 
@@ -155,7 +155,7 @@ def test_deleting_and_defining_again_keeps_the_mapping(admin_client: Client) -> 
     before = next_numbers("k.d", 12)
     Sequence.objects.filter(name="k.d").delete()
     assert SeriesMark.objects.get(key="k.d").key_salt == salt
-    registry.reset()
+    issuing.reset()
 
     Sequence.objects.define("k.d", template="D{seq:06,perm}", step=5, max_value=999_999)
     assert salt_of("k.d") == salt
@@ -164,7 +164,7 @@ def test_deleting_and_defining_again_keeps_the_mapping(admin_client: Client) -> 
     assert [explain("k.d", n)["seq"] for n in before] == list(range(1, 13))
 
     Sequence.objects.filter(name="k.d").delete()
-    registry.reset()
+    issuing.reset()
     add = reverse("admin:django_sequences_sequence_add")
     data = {
         "name": "k.d",
@@ -212,7 +212,7 @@ def test_a_dump_made_before_keys_were_per_sequence_loads_as_legacy(tmp_path: Pat
     dump.write_text(json.dumps(rows))
     Sequence.objects.all().delete()
     SeriesMark.objects.all().delete()
-    registry.reset()
+    issuing.reset()
     call_command("loaddata", str(dump), verbosity=0)
     assert salt_of("k.old") == ""
     perm = decimal_permutation(KEY.encode(), 6)
@@ -229,7 +229,7 @@ def test_reset_series_keeps_the_salt() -> None:
     first = next_numbers("k.reset", 3)
     settle("k.reset")  # no lease of the next range under way
     Sequence.objects.reset_series("k.reset")
-    registry.reset()
+    issuing.reset()
     assert salt_of("k.reset") == salt
     assert next_numbers("k.reset", 3) == first  # the one way back issues the same numbers again
 
@@ -241,7 +241,7 @@ def legacy(name: str, template: str, **kwargs: object) -> None:
     """A definition as an earlier version stored it: no salt."""
     Sequence.objects.define(name, template=template, **kwargs)  # type: ignore[arg-type]
     Sequence.objects.filter(name=name).update(key_salt="")
-    registry.reset()
+    issuing.reset()
 
 
 def test_a_legacy_sequence_keeps_the_project_key_and_the_old_short_codes() -> None:

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import pytest
 
-from django_sequences import explain, get_sequence, next_value, next_values, registry
+from django_sequences import explain, get_sequence, issuing, next_value, next_values
 from django_sequences.core.hwm import HwmGenerator, period_stamp
 from django_sequences.core.prefetch import Prefetcher
 from django_sequences.exceptions import BackendUnavailable, InvalidDefinition, SequenceExhausted
@@ -79,7 +79,7 @@ def test_values_follow_each_other_and_a_batch_is_one_range(prefix: str) -> None:
         100,
         f"{prefix}r",
     )
-    registry.reset()  # a new process: nothing was cached, so nothing is lost
+    issuing.reset()  # a new process: nothing was cached, so nothing is lost
     assert next_value("r") == 16
     assert get_sequence("r").status().leases == 0  # it read the committed hwm, leased nothing
 
@@ -121,7 +121,7 @@ def test_exhaustion_at_the_largest_bigint_ends_cleanly(prefix: str) -> None:
             next_value("r")
     with pytest.raises(SequenceExhausted):
         next_values("r", 2)
-    registry.reset()  # a new process
+    issuing.reset()  # a new process
     with pytest.raises(SequenceExhausted):
         next_value("r")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from django_sequences import get_sequence, next_value, next_values, registry
+from django_sequences import get_sequence, issuing, next_value, next_values
 from django_sequences.core.chunks import (
     APPENDED,
     CREATED,
@@ -98,7 +98,7 @@ def test_chunks_come_from_the_shared_window(prefix: str) -> None:
     assert (s.details["hwm"], s.details["chunk"], s.details["refills"]) == (100, 10, 1)
     assert s.details["window"] == {"cur": 30, "max": 100, "room": 70, "step": 100}
     assert s.details["extends"]["created"] == 1
-    registry.reset()  # a new process: the old one's chunks (16..30) are a gap
+    issuing.reset()  # a new process: the old one's chunks (16..30) are a gap
     assert next_value("s") == 31
 
 

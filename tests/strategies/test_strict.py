@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_values_follow_each_other_with_nothing_cached() -> None:
     Sequence.objects.define("inv", strategy="strict")
     assert [next_value("inv") for _ in range(5)] == [1, 2, 3, 4, 5]
-    django_sequences.registry.reset()  # a restart loses nothing: nothing was cached
+    django_sequences.issuing.reset()  # a restart loses nothing: nothing was cached
     assert next_value("inv") == 6
     assert rows("inv") == (6, 6)
 

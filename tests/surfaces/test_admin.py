@@ -977,7 +977,7 @@ def test_regression_a_new_reset_period_in_the_admin_issued_todays_numbers_again(
 ) -> None:
     """A daily template switched to a monthly counter restarted at 1 in the month's new row,
     while the numbers still show the day: today's numbers came out again."""
-    from django_sequences import next_numbers, registry
+    from django_sequences import issuing, next_numbers
 
     seq = Sequence.objects.define(
         "adm.period", strategy="strict", step=1, template="D{date:%Y%m%d}-{seq:04}"
@@ -988,7 +988,7 @@ def test_regression_a_new_reset_period_in_the_admin_issued_todays_numbers_again(
     [error] = response.context["adminform"].form.errors["reset"]
     assert "cannot change" in error and "day" in error
     assert Sequence.objects.get(pk=seq.pk).reset == ""
-    registry.reset()
+    issuing.reset()
     assert not set(next_numbers("adm.period", 3)) & set(issued)
 
 

@@ -1,6 +1,6 @@
 """The JSON API's explain endpoint with per-sequence keys: a token scoped to one sequence
 cannot read another sequence's obfuscated numbers through it (each sequence decodes with its
-own key, through ``api.explain``). Through Django's test client, on the real database."""
+own key, through ``numbers.explain``). Through Django's test client, on the real database."""
 
 from __future__ import annotations
 

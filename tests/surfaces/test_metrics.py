@@ -157,7 +157,7 @@ def test_values_and_numbers_of_a_daily_template_are_counted_once(installed: None
 def test_values_of_a_dropped_generator_are_counted_once(installed: None) -> None:
     """A reset of the registry (a settings change) drops the generators: what they issued
     since the last publish is counted at the next one, and never again."""
-    from django_sequences import registry
+    from django_sequences import issuing
 
     Sequence.objects.define("met.r", step=10)
     for _ in range(4):
@@ -165,7 +165,7 @@ def test_values_of_a_dropped_generator_are_counted_once(installed: None) -> None
     metrics.publish()
     for _ in range(5):
         next_value("met.r")
-    registry.reset()  # (as override_settings does)
+    issuing.reset()  # (as override_settings does)
     for _ in range(2):
         next_value("met.r")  # a new generator
     s = scrape()
@@ -178,13 +178,13 @@ def test_a_handle_taken_before_a_reset_is_still_counted(installed: None) -> None
     long as it issues."""
     import gc
 
-    from django_sequences import get_sequence, registry
+    from django_sequences import get_sequence, issuing
 
     Sequence.objects.define("met.k", step=10)
     handle = get_sequence("met.k")
     handle.next()
     metrics.publish()
-    registry.reset()
+    issuing.reset()
     for _ in range(6):
         handle.next()
     metrics.publish()
@@ -272,11 +272,11 @@ def test_a_forked_child_counts_only_its_own_values(installed: None, vendor: str)
 def test_segment_count_matches_status(installed: None) -> None:
     """The publisher's short count of a segment generator is what its status() says, through
     chunks, batches, range changes and a refused batch that gave its values back (I10)."""
-    from django_sequences import registry
+    from django_sequences import issuing
     from django_sequences.core.segment import SegmentGenerator
 
     Sequence.objects.define("met.s", step=64, max_value=300)
-    gen = registry.get("met.s", None)
+    gen = issuing.get("met.s", None)
     assert isinstance(gen, SegmentGenerator)
     done = 0
     for step in (1, 5, 1, 40, 1, 1, 100, 1, 70, 1):

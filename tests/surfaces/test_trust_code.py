@@ -37,7 +37,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_sequences import next_number, next_numbers, next_value, parse_number, registry
+from django_sequences import issuing, next_number, next_numbers, next_value, parse_number
 from django_sequences.checks import check_settings, check_stored_code
 from django_sequences.exceptions import (
     ConfigurationError,
@@ -515,7 +515,7 @@ def test_a_stored_row_naming_unregistered_code_is_flagged_and_refused_at_issue_t
     Sequence.objects.filter(name="trust.strategy").update(
         strategy="custom", options={"generator": f"{MARKER}.MarkerStrategy"}
     )
-    registry.reset()
+    issuing.reset()
 
     found = check_stored_code(databases=["default"])
     assert [(m.id, m.obj) for m in found] == [
@@ -607,7 +607,7 @@ def test_a_database_from_before_the_registries_keeps_its_numbers_once_the_part_i
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
-    registry.reset()
+    issuing.reset()
     issued_before = {f"EU-{v:04}" for v in range(1, 41)}  # what the old code rendered
 
     [flagged] = check_stored_code(databases=["default"])
@@ -623,7 +623,7 @@ def test_a_database_from_before_the_registries_keeps_its_numbers_once_the_part_i
     with with_settings(TEMPLATE_PARTS={"region": f"{PARTS}.Region"}):
         assert check_stored_code(databases=["default"]) == []
         first = next_numbers("legacy.region", 5)
-        registry.reset()  # a restart: the cached rest of the range is not issued again
+        issuing.reset()  # a restart: the cached rest of the range is not issued again
         later = [next_number("legacy.region") for _ in range(12)]
         assert parse_number("legacy.region", later[-1])["seq"] > 45
     assert first == ["EU-0041", "EU-0042", "EU-0043", "EU-0044", "EU-0045"]

@@ -1,7 +1,7 @@
 """``manage.py sequences_explain NAME VALUE``: the issue's *explain*: decode a value of a
 sequence into its parts, or read a templated number back into its parts.
 
-A thin wrapper over :func:`~django_sequences.api.explain` (structured values: snowflake,
+A thin wrapper over :func:`~django_sequences.numbers.explain` (structured values: snowflake,
 timestamp, autoincrement) and :func:`~django_sequences.numbers.parse_number` (a VALUE that is
 not an integer, or an integer of a templated sequence whose values have no parts).
 """
@@ -13,9 +13,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ...api import decode, explain
 from ...exceptions import SequenceNotFound
 from ...models import Sequence
+from ...numbers import decode, explain
 from ..base import SequenceCommand
 
 

@@ -1,7 +1,7 @@
 """``manage.py sequences_next NAME [-n N] [--number]``: the issue's *next*: issue values (or
 templated numbers) of a sequence.
 
-A thin wrapper over :func:`~django_sequences.api.next_values` and
+A thin wrapper over :func:`~django_sequences.issuing.next_values` and
 :func:`~django_sequences.numbers.next_numbers`. A command is a one-shot process, so it leases
 exactly what it prints (``core.segment.exact_leases``: ``-n`` values, not a whole step, from a
 segment-backed counter, per-period rows included; ``strict`` takes exactly that anyway) and
@@ -16,9 +16,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ...api import next_value, next_values
 from ...conf import app_settings
 from ...core.segment import exact_leases
+from ...issuing import next_value, next_values
 from ...numbers import next_number, next_numbers
 from ..base import SequenceCommand
 

@@ -1,13 +1,17 @@
-"""The process-wide registry: one generator per (sequence, database alias), built lazily.
+"""Issuing values: the process's generators and the public value API.
 
-``_generators`` maps alias (``None`` for "the configured default") to name to generator. The
-fast path reads it without a lock (dict reads are atomic); building takes ``_build_lock`` so
-each generator is built once. Generators reset themselves after ``fork()`` (see
-``core/forking.py``), so the registry stays valid in a child and every handle with it.
+One generator per (sequence, database alias), built lazily. ``_generators`` maps alias (``None``
+for "the configured default") to name to generator. The fast path (:func:`next_value`,
+:meth:`SequenceHandle.next`) reads it without a lock (dict reads are atomic); building takes
+``_build_lock`` so each generator is built once. Generators reset themselves after ``fork()``
+(see ``core/forking.py``), so the registry stays valid in a child and every handle with it.
 
 When plugins are configured for a sequence, the registry holds a
 :class:`~django_sequences.core.plugins.PluggedGenerator` around its generator, so the value
 API runs the plugin chain and a sequence without plugins pays nothing for them.
+
+``django_sequences/__init__`` re-exports the public functions lazily; numbers (templates,
+parsing, ``explain``) are :mod:`django_sequences.numbers`'.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from . import plugins
-from .conf import app_settings, sequence_defaults
+from .conf import SETTING, app_settings, sequence_defaults
 from .core import forking, prefetch
-from .core.base import IdGenerator, Issuing, SequenceSpec
+from .core.base import IdGenerator, Issuing, KeyedGenerator, SequenceSpec, Status
 from .core.plugins import PluggedGenerator
-from .core.validation import check_name, check_using
-from .exceptions import SequenceError, SequenceNotFound
+from .core.validation import check_count, check_name, check_using, shown
+from .exceptions import InvalidKey, SequenceError, SequenceNotFound
 from .periods import PeriodValues, periods_of
 from .sources.callers import committed_definition, joins_callers_transaction
 from .sources.connections import resolve_alias
@@ -131,7 +135,7 @@ def build(name: str, using: str | None) -> Build:
 def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGenerator]:
     # at call time: the API imports this module before Django is set up (a project may import
     # next_value in its models), and models need the app registry
-    from .models import Sequence
+    from .models import Segment, Sequence
 
     alias = resolve_alias(using)
     spec = Sequence.objects.spec(name, using=alias)
@@ -145,6 +149,7 @@ def _build(name: str, using: str | None) -> tuple[SequenceSpec, Strategy, IdGene
         d = sequence_defaults(declared or {})
         spec = Sequence.objects.define(name, using=alias, exist_ok=True, **d).spec()
     strategy = validate(spec)
+    strategy.rows = Segment  # the strategies sit below the models: the builder hands it in
     return spec, strategy, strategy.build(spec, alias)
 
 
@@ -199,6 +204,14 @@ def reset() -> None:
     prefetch.default_prefetcher().drain()
 
 
+def settings_changed(*, setting: str, **kwargs: Any) -> None:
+    """``setting_changed`` receiver: after ``DJANGO_SEQUENCES`` or ``DATABASES`` changed (a
+    test's ``override_settings``), the settings are read again and :func:`reset` runs."""
+    if setting in (SETTING, "DATABASES"):
+        app_settings.reload()
+        reset()
+
+
 def forget_after_migrate(**kwargs: Any) -> None:
     """``post_migrate`` receiver: :func:`reset`. Django sends it after ``migrate`` and after
     the ``flush`` that empties the tables between transactional tests (``TransactionTestCase``,
@@ -229,3 +242,159 @@ def holds(name: str) -> bool:
 def loaded() -> list[tuple[str | None, str]]:
     """(alias, name) of every generator this process has built."""
     return [(alias, name) for alias, by in list(_generators.items()) for name in list(by)]
+
+
+# --- the value API -------------------------------------------------------------------------------
+
+
+def next_value(name: str, *, key: str | None = None, using: str | None = None) -> int:
+    """The next value of sequence ``name``: unique, and increasing within this process.
+
+    ``key`` is the sub-key of a sharded sequence (order holds per sub-key).
+    """
+    # One frame down to the counter: a generator with an in-memory fast path exposes it as
+    # ``it`` (``next(it)`` hands out a value or raises StopIteration: then ask ``next()``).
+    try:
+        gen = _generators[using][name]
+    except (KeyError, TypeError):
+        gen = get(name, using)
+    if key is None:
+        it = gen.it
+        if it is not None:
+            try:
+                return next(it)
+            except StopIteration:
+                pass
+        try:
+            return gen.next()
+        except SequenceError as exc:
+            refused(name, exc)
+            raise
+    try:
+        return _keyed(gen, key).next_for(key)
+    except SequenceError as exc:
+        refused(name, exc)
+        raise
+
+
+def next_values(
+    name: str, count: int, *, key: str | None = None, using: str | None = None
+) -> range | list[int]:
+    """``count`` values of sequence ``name``: a ``range`` when they are contiguous, else a list.
+
+    ``count`` must be an int from 1 to ``DJANGO_SEQUENCES["MAX_BATCH"]``
+    (:class:`~django_sequences.exceptions.InvalidCount`, a ``ValueError``, otherwise).
+    """
+    check_count(count, app_settings.MAX_BATCH)
+    gen = get(name, using)
+    try:
+        if key is None:
+            return gen.take(count)
+        return _keyed(gen, key).take_for(key, count)
+    except SequenceError as exc:
+        refused(name, exc)
+        raise
+
+
+async def anext_value(name: str, *, key: str | None = None, using: str | None = None) -> int:
+    """:func:`next_value` for async code. Served on the event loop when the value is in
+    memory already (a segment's current or prefetched range); anything that may wait on a
+    store (building the generator, a lease, a round trip) runs in a thread."""
+    if key is None:
+        gen = cached(name, using)
+        it = gen.it if gen is not None else None
+        if it is not None:
+            try:
+                return next(it)
+            except StopIteration:
+                pass
+        fast = getattr(gen, "try_take", None)
+        if fast is not None:
+            got = fast(1)
+            if got is not None:
+                return int(got[0])
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(next_value, thread_sensitive=False)(name, key=key, using=using)
+
+
+async def anext_values(
+    name: str, count: int, *, key: str | None = None, using: str | None = None
+) -> range | list[int]:
+    """:func:`next_values` for async code, on the event loop when the values are in memory."""
+    check_count(count, app_settings.MAX_BATCH)
+    if key is None:
+        fast = getattr(cached(name, using), "try_take", None)
+        if fast is not None:
+            got = fast(count)
+            if got is not None:
+                return got
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(next_values, thread_sensitive=False)(
+        name, count, key=key, using=using
+    )
+
+
+def _keyed(gen: IdGenerator, key: object) -> KeyedGenerator:
+    if not isinstance(gen, KeyedGenerator):
+        raise InvalidKey(
+            f"Sequence {gen.name!r} (strategy {gen.strategy!r}) takes no key; only sharded "
+            f"sequences do (strategy 'strict' with options['shards'])."
+        )
+    if not isinstance(key, str) or not key or len(key) > 255:
+        raise InvalidKey(f"A sub-key is a str of 1 to 255 characters; got {shown(key)}.")
+    return gen
+
+
+class SequenceHandle:
+    """A handle on one sequence, for code that issues from it repeatedly.
+
+    Not the model (that is :class:`django_sequences.models.Sequence`). Survives ``fork()``: the
+    generator behind it drops its parent's ranges in the child.
+
+    When the generator's own ``next`` takes the ``key`` argument (``next_takes_key``: the
+    snowflake and timestamp generators), ``handle.next`` *is* that bound method, one call
+    layer less on the hottest path.
+    """
+
+    def __init__(self, name: str, *, using: str | None = None) -> None:
+        self._gen = get(name, using)
+        self.name = name
+        self.using = using
+        if getattr(self._gen, "next_takes_key", False):
+            self.next = self._gen.next  # type: ignore[method-assign,assignment]
+
+    def next(self, *, key: str | None = None) -> int:
+        # The fast path of next_value, written out again on purpose: a shared helper would be
+        # one more Python frame on the hottest call, a measurable share of its cost
+        # (benchmarks/hotpath.py).
+        gen = self._gen
+        if key is None:
+            it = gen.it
+            if it is not None:
+                try:
+                    return next(it)
+                except StopIteration:
+                    pass
+            return gen.next()
+        return _keyed(gen, key).next_for(key)
+
+    def take(self, count: int, *, key: str | None = None) -> range | list[int]:
+        check_count(count, app_settings.MAX_BATCH)
+        if key is None:
+            return self._gen.take(count)
+        return _keyed(self._gen, key).take_for(key, count)
+
+    def status(self) -> Status:
+        """This process's view: current range, what remains cached, values per second (from
+        the RateStats plugin when it is configured)."""
+        return plugins.decorate_status(self._gen.status(), self.name, self.using)
+
+    def __repr__(self) -> str:
+        return f"<SequenceHandle {self.name!r}>"
+
+
+def get_sequence(name: str, *, using: str | None = None) -> SequenceHandle:
+    """A :class:`SequenceHandle` on ``name`` (raises ``SequenceNotFound`` for unknown names)."""
+    return SequenceHandle(name, using=using)
