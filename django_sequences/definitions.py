@@ -1,15 +1,12 @@
-"""Defining sequences and the operations on their series: ``define``, provisioning the
-declared ones (and what they need before their first use), the drift of a stored definition
-from its declaration, the checks a redefinition passes, and the one way back
+"""Defining sequences: ``Sequence.objects`` (:class:`SequenceManager`) defines, provisions the
+declared ones with what they need before their first use, reports the drift of a stored
+definition from its declaration, checks a redefinition, and is the one way back
 (``reset_series``).
 
-The public entry points are the manager methods (``Sequence.objects.define``,
-``.provision``, ``.provision_details``, ``.provision_inner``, ``.reset_series``), which call
-these functions with themselves as ``objects``. This module sits above the schema and the
-strategies: it validates definitions through the strategies and reads the templates, so the
-managers import it when called, and the models only to check an edit. It names the models it
-needs through the app registry, as the stores do, and writes counter rows through the
-counter-row store (:mod:`.sources.rows`).
+This module sits above the schema and the strategies: it validates definitions through the
+strategies and reads the templates, and the models import its manager. It names the other
+models it needs through the app registry (they import this module) and writes counter rows
+through the counter-row store (:mod:`.sources.rows`).
 """
 
 from __future__ import annotations
@@ -21,29 +18,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.apps import apps
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .conf import SEQUENCE_FIELDS, SETTING, VOIDED_POLICIES, app_settings, sequence_defaults
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, check_bounds, check_name, shown
-from .exceptions import InvalidDefinition, SequenceNotFound
+from .exceptions import BackendUnavailable, InvalidDefinition, SequenceNotFound
 from .formats import keys as row_keys
 from .formats.obfuscation import new_salt
 
 # the rule of what may change once a series issued (models.py imports the last two from here)
 from .redefinition import check_redefinition
 from .redefinition import refusals as refusals
-from .sources.callers import in_own_transaction
+from .sources.callers import in_own_transaction, joins_callers_transaction
 from .sources.connections import insert, on_private, resolve_alias, select
 from .sources.rows import marked_salt, row_for
 from .strategies import strategy_for, validate
 from .strategies.autoincrement import create_tables
 from .templating import check_reuse, compile_template, reset_period
 
-#: The manager and the model are handed in by ``SequenceManager``: this module names neither.
+#: A sequences' manager (``Sequence.objects``), as the module's helpers take it.
 DefinitionManager = Any
-Definition = Any
 
 
 log = logging.getLogger("django_sequences.series")
@@ -56,66 +52,6 @@ def _model(name: str) -> Any:
     """Model ``name`` of this app, by name: the models import this module (a definition's
     edit is checked here), so it imports none of them."""
     return apps.get_model("django_sequences", name)
-
-
-def provision_details(
-    objects: DefinitionManager,
-    names: Iterable[str] | None = None,
-    *,
-    using: str | None = None,
-    dry_run: bool = False,
-    update: bool = False,
-    keep_going: bool = False,
-) -> list[Provisioned]:
-    """:meth:`SequenceManager.provision_details
-    <django_sequences.managers.SequenceManager.provision_details>` of manager ``objects``."""
-    declared: dict[str, Any] = app_settings.SEQUENCES
-    wanted = list(declared) if names is None else list(names)
-    unknown = [n for n in wanted if n not in declared]
-    if unknown:
-        known = ", ".join(declared) or "none"
-        raise InvalidDefinition(
-            f"Not declared in DJANGO_SEQUENCES['SEQUENCES']: {', '.join(unknown)} "
-            f"(declared: {known})."
-        )
-    alias = resolve_alias(using)
-    done = []
-    for name in wanted:
-        spec = objects.spec(name, using=alias)
-        created = spec is None
-        d = sequence_defaults(declared[name])
-        drift: tuple[Drift, ...] = ()
-        updated = False
-        refused = ""
-        if spec is None:
-            if dry_run:
-                check_name(name)
-                check_bounds(d["step"], d["min_value"], d["max_value"])
-                spec = SequenceSpec(name=name, **d)
-                validate(spec)
-            else:
-                spec = define(objects, name, using=alias, exist_ok=True, **d).spec()
-        else:
-            drift = drift_of(spec, d)
-            if drift and update:
-                try:
-                    spec = _update_definition(objects, spec, d, drift, alias, dry_run=dry_run)
-                    updated = True
-                except InvalidDefinition as exc:
-                    if not keep_going:
-                        raise
-                    refused = str(exc)  # the stored definition stays in force
-        made = _provision_shard_rows(objects, spec, alias, dry_run=dry_run, new=created)
-        tables: list[str] = []
-        if spec.strategy == "autoincrement":
-            tables = create_tables(spec, alias, dry_run=dry_run)
-        inner = strategy_for(spec).provision(spec, alias, dry_run=dry_run)
-        done.append(
-            Provisioned(
-                name, created, tuple(made), tuple(tables), tuple(inner), drift, updated, refused
-            )
-        )
-    return done
 
 
 def _update_definition(
@@ -154,124 +90,6 @@ def _update_definition(
     return new
 
 
-def reset_series(
-    objects: DefinitionManager, name: str, *, using: str | None = None, dry_run: bool = False
-) -> list[SeriesReset]:
-    """:meth:`SequenceManager.reset_series
-    <django_sequences.managers.SequenceManager.reset_series>` of manager ``objects``."""
-    segments, marks_model = _model("Segment"), _model("SeriesMark")
-    check_name(name)
-    alias = resolve_alias(using)
-    with transaction.atomic(using=alias):
-        pk = objects.using(alias).filter(name=name).values_list("pk", flat=True)
-        found_pk = pk.first()
-        rows = (
-            []
-            if found_pk is None
-            else list(
-                segments.objects.using(alias)
-                .select_for_update()
-                .filter(sequence_id=found_pk)
-                .values_list("pk", "key", "value", "min_value")
-            )
-        )
-        marks = dict(
-            marks_model.objects.using(alias)
-            .select_for_update()
-            .filter(sequence=name)
-            .values_list("key", "value")
-        )
-        if found_pk is None and not marks:
-            raise SequenceNotFound(name, using=using)
-        out = []
-        for _pk, key, value, lo in rows:
-            before = max(value, marks.pop(key, value))
-            if before != lo - 1:
-                out.append(SeriesReset(key, before, lo - 1))
-        out.extend(SeriesReset(key, value, None) for key, value in marks.items())
-        out.sort(key=lambda r: r.key)
-        if dry_run or not out:
-            return out
-        segments.objects.using(alias).filter(pk__in=[r[0] for r in rows]).update(
-            value=models.F("min_value") - 1, version=models.F("version") + 1
-        )
-        marks_model.objects.using(alias).filter(sequence=name).delete()
-    log.warning(
-        "Sequence %r was reset (reset_series) on database %r: %s. Values and numbers "
-        "issued before will be issued again.",
-        name,
-        alias,
-        ", ".join(str(r) for r in out),
-    )
-    return out
-
-
-def provision_inner(
-    objects: DefinitionManager, name: str, *, using: str | None = None, dry_run: bool = False
-) -> list[str]:
-    """:meth:`SequenceManager.provision_inner
-    <django_sequences.managers.SequenceManager.provision_inner>` of manager ``objects``."""
-    alias = resolve_alias(using)
-    spec = objects.spec(name, using=alias)
-    if spec is None:
-        raise SequenceNotFound(name, using=using)
-    return validate(spec).provision(spec, alias, dry_run=dry_run)
-
-
-def define(
-    objects: DefinitionManager,
-    name: str,
-    *,
-    strategy: str = "segment",
-    step: int | None = None,
-    min_value: int = 1,
-    max_value: int = BIGINT_MAX,
-    cycle: bool = False,
-    template: str = "",
-    options: dict[str, Any] | None = None,
-    reset: str = "",
-    voided: str = "keep",
-    using: str | None = None,
-    exist_ok: bool = False,
-) -> Definition:
-    """:meth:`SequenceManager.define <django_sequences.managers.SequenceManager.define>` of
-    manager ``objects``."""
-    spec = checked_spec(
-        name,
-        strategy=strategy,
-        step=step,
-        min_value=min_value,
-        max_value=max_value,
-        cycle=cycle,
-        template=template,
-        options=options,
-        reset=reset,
-        voided=voided,
-    )
-    alias = resolve_alias(using)
-    seq = objects.model(name=name, **{f: getattr(spec, f) for f in SEQUENCE_FIELDS})
-
-    def write(w: BaseDatabaseWrapper) -> None:
-        """Insert the definition and its row (in one transaction: ``in_own_transaction``)."""
-        seq.pk = None  # a retry after a lost connection starts over
-        seq.key_salt = marked_salt(w, name, new_salt())
-        insert(w, seq)
-        insert(w, row_for(_model("Segment"), w, seq, name))
-
-    try:
-        in_own_transaction(alias, name, write)
-    except IntegrityError:  # it exists
-        if not exist_ok:
-            raise InvalidDefinition(
-                f"A sequence named {name!r} exists already; pass exist_ok=True to reuse "
-                f"it, or pick another name."
-            ) from None
-        return objects.using(alias).get(name=name)
-    seq._state.adding = False
-    seq._state.db = alias
-    return seq
-
-
 def checked_spec(name: str, **given: Any) -> SequenceSpec:
     """The definition :func:`define` would write from the fields ``given`` (those left out, and
     ``step`` or ``options`` None: the defaults, ``conf.sequence_defaults``), checked as it
@@ -300,45 +118,6 @@ class Defined:
     changes: tuple[Drift, ...]
     #: written (False in a dry run, or when nothing changed)
     applied: bool
-
-
-def define_or_update(
-    objects: DefinitionManager,
-    name: str,
-    fields: dict[str, Any],
-    *,
-    options: dict[str, Any] | None = None,
-    using: str | None = None,
-    dry_run: bool = False,
-) -> Defined:
-    """:meth:`SequenceManager.define_or_update
-    <django_sequences.managers.SequenceManager.define_or_update>` of manager ``objects``."""
-    alias = resolve_alias(using)
-    stored = objects.spec(name, using=alias)
-    if stored is None:
-        new = dict(fields, options={**fields.get("options", {}), **(options or {})})
-        spec = checked_spec(name, **new)
-        if not dry_run:
-            spec = define(objects, name, using=alias, **new).spec()
-        made = tuple(Drift(f, None, getattr(spec, f)) for f in SEQUENCE_FIELDS)
-        return Defined(spec.name, True, made, not dry_run)
-    if fields.get("strategy", stored.strategy) != stored.strategy:
-        raise InvalidDefinition(
-            f"Sequence {stored.name!r}: its strategy is fixed once created ({stored.strategy!r} "
-            f"-> {fields['strategy']!r}): another strategy counts elsewhere. Define a new "
-            f"sequence under another name.",
-            field="strategy",
-        )
-    wanted = {f: getattr(stored, f) for f in SEQUENCE_FIELDS} | fields
-    wanted["options"] = {**stored.options, **wanted["options"], **(options or {})}
-    drift = drift_of(stored, wanted)
-    if drift:
-        with transaction.atomic(using=alias):  # the definition and its rows' bounds, or neither
-            _model("Segment").objects.lock_rows(using=alias, sequence=stored.name)  # leases wait
-            _update_definition(
-                objects, stored, wanted, drift, alias, dry_run=dry_run, source="define_or_update()"
-            )
-    return Defined(stored.name, False, drift, bool(drift) and not dry_run)
 
 
 def check_options(name: str, options: object) -> None:
@@ -494,3 +273,334 @@ def _provision_shard_rows(
         return made
 
     return on_private(alias, spec.name, write)
+
+
+class SequenceManager(models.Manager[Any]):
+    """``Sequence.objects``: defining sequences, provisioning the declared ones and the one way
+    back; :meth:`spec` reads a committed definition."""
+
+    def spec(self, name: str, *, using: str | None = None) -> SequenceSpec | None:
+        """The committed definition of ``name``, or None; read on the private connection
+        (outside the caller's transaction, and safe in a forked child). On SQLite inside the
+        caller's transaction, one the private connection does not see (or cannot read: the
+        caller holds the table) is read in the caller's transaction, where definitions are made
+        there (``sources.callers.in_own_transaction``)."""
+        alias = resolve_alias(using)
+        qs = self.model.objects.filter(name=name)
+        qs = qs.values_list("name", *SEQUENCE_FIELDS, "key_salt")
+        try:
+            found = on_private(alias, name, lambda w: select(w, qs))
+        except BackendUnavailable:
+            if not joins_callers_transaction(alias):
+                raise
+            found = []  # SQLite's shared-cache test database: the caller holds the table
+        if not found and joins_callers_transaction(alias):
+            # made inside the caller's transaction (not committed yet): read it there (a read
+            # there first would hold SQLite's read lock, which keeps the private connection
+            # from committing until the caller's transaction ends)
+            found = select(connections[alias], qs)
+        if not found:
+            return None
+        stored, strategy, step, lo, hi, cycle, template, options, reset, voided, salt = found[0]
+        return SequenceSpec(
+            # the stored spelling: every store key derives from the definition, never from
+            # the caller's spelling (a case-insensitive collation would match another one)
+            name=stored,
+            strategy=strategy,
+            step=step,
+            min_value=lo,
+            max_value=hi,
+            cycle=bool(cycle),
+            template=template,
+            options=options if isinstance(options, dict) else {},
+            reset=reset,
+            voided=voided,
+            key_salt=salt,
+        )
+
+    def provision(
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        using: str | None = None,
+        dry_run: bool = False,
+    ) -> list[tuple[str, bool]]:
+        """Create the sequences declared in ``DJANGO_SEQUENCES["SEQUENCES"]`` (or those of
+        ``names``) that do not exist yet, with everything they need before their first use
+        (see :meth:`provision_details`). Idempotent. Returns ``(name, created)`` pairs; with
+        ``dry_run`` nothing is written and ``created`` says what would be."""
+        found = self.provision_details(names, using=using, dry_run=dry_run)
+        return [(p.name, p.created) for p in found]
+
+    def provision_details(
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        using: str | None = None,
+        dry_run: bool = False,
+        update: bool = False,
+        keep_going: bool = False,
+    ) -> list[Provisioned]:
+        """:meth:`provision`, saying what was (or, ``dry_run``, would be) made per sequence.
+
+        For each declared sequence: its definition and counter row (``define``) if it does not
+        exist; the rows ``name#0`` … ``name#N-1`` of a ``strict`` sequence with
+        ``options["shards"] = N`` (unless its template restarts per period: those rows are
+        ``name:<stamp>#i``, made on first use); the tables of an ``autoincrement`` sequence
+        (``create_tables``); the inner definitions (and rows) of a ``failover`` or
+        ``memory_bits`` sequence on each partition's database alias. Running it again makes
+        nothing.
+
+        An existing definition that differs from its declaration is reported (``drift``: one
+        :class:`~django_sequences.definitions.Drift` per field, stored -> declared) and left as
+        it is, unless ``update``: then the declaration replaces it, checked as :meth:`define`
+        checks a definition and by the rule of what may change once a sequence issued
+        (:func:`~django_sequences.redefinition.check_redefinition`: a change that could issue
+        values again, such as another template, a ``max_value`` below what was leased or
+        another strategy, raises :class:`InvalidDefinition` before anything is written, saying
+        what to declare to agree with the stored definition). With ``keep_going`` a refused
+        update raises nothing: that sequence keeps its stored definition, its entry says why
+        (``refused``), and the other sequences are provisioned. What is made for a definition
+        follows the stored definition (after an update: the new one).
+        """
+        declared: dict[str, Any] = app_settings.SEQUENCES
+        wanted = list(declared) if names is None else list(names)
+        unknown = [n for n in wanted if n not in declared]
+        if unknown:
+            known = ", ".join(declared) or "none"
+            raise InvalidDefinition(
+                f"Not declared in DJANGO_SEQUENCES['SEQUENCES']: {', '.join(unknown)} "
+                f"(declared: {known})."
+            )
+        alias = resolve_alias(using)
+        done = []
+        for name in wanted:
+            spec = self.spec(name, using=alias)
+            created = spec is None
+            d = sequence_defaults(declared[name])
+            drift: tuple[Drift, ...] = ()
+            updated = False
+            refused = ""
+            if spec is None:
+                if dry_run:
+                    check_name(name)
+                    check_bounds(d["step"], d["min_value"], d["max_value"])
+                    spec = SequenceSpec(name=name, **d)
+                    validate(spec)
+                else:
+                    spec = self.define(name, using=alias, exist_ok=True, **d).spec()
+            else:
+                drift = drift_of(spec, d)
+                if drift and update:
+                    try:
+                        spec = _update_definition(self, spec, d, drift, alias, dry_run=dry_run)
+                        updated = True
+                    except InvalidDefinition as exc:
+                        if not keep_going:
+                            raise
+                        refused = str(exc)  # the stored definition stays in force
+            made = _provision_shard_rows(self, spec, alias, dry_run=dry_run, new=created)
+            tables: list[str] = []
+            if spec.strategy == "autoincrement":
+                tables = create_tables(spec, alias, dry_run=dry_run)
+            inner = strategy_for(spec).provision(spec, alias, dry_run=dry_run)
+            done.append(
+                Provisioned(
+                    name, created, tuple(made), tuple(tables), tuple(inner), drift, updated, refused
+                )
+            )
+        return done
+
+    def reset_series(
+        self, name: str, *, using: str | None = None, dry_run: bool = False
+    ) -> list[SeriesReset]:
+        """Go back: put every counter row of sequence ``name`` back to ``min_value - 1`` and
+        forget the marks its deleted rows left, so the next leases start at ``min_value`` again
+        and **every value and number already issued will be issued again**.
+
+        The one way back (invariant I7): deleting and defining a sequence again never does
+        this. It is logged as a warning. Running processes keep the ranges they cached;
+        a ``redis`` sequence's live Redis counter is not touched. Returns one
+        :class:`~django_sequences.definitions.SeriesReset` per key (with ``dry_run``: what
+        would be reset, nothing written). Raises :class:`SequenceNotFound` when ``name`` has
+        neither a definition nor marks.
+        """
+        segments, marks_model = _model("Segment"), _model("SeriesMark")
+        check_name(name)
+        alias = resolve_alias(using)
+        with transaction.atomic(using=alias):
+            pk = self.using(alias).filter(name=name).values_list("pk", flat=True)
+            found_pk = pk.first()
+            rows = (
+                []
+                if found_pk is None
+                else list(
+                    segments.objects.using(alias)
+                    .select_for_update()
+                    .filter(sequence_id=found_pk)
+                    .values_list("pk", "key", "value", "min_value")
+                )
+            )
+            marks = dict(
+                marks_model.objects.using(alias)
+                .select_for_update()
+                .filter(sequence=name)
+                .values_list("key", "value")
+            )
+            if found_pk is None and not marks:
+                raise SequenceNotFound(name, using=using)
+            out = []
+            for _pk, key, value, lo in rows:
+                before = max(value, marks.pop(key, value))
+                if before != lo - 1:
+                    out.append(SeriesReset(key, before, lo - 1))
+            out.extend(SeriesReset(key, value, None) for key, value in marks.items())
+            out.sort(key=lambda r: r.key)
+            if dry_run or not out:
+                return out
+            segments.objects.using(alias).filter(pk__in=[r[0] for r in rows]).update(
+                value=models.F("min_value") - 1, version=models.F("version") + 1
+            )
+            marks_model.objects.using(alias).filter(sequence=name).delete()
+        log.warning(
+            "Sequence %r was reset (reset_series) on database %r: %s. Values and numbers "
+            "issued before will be issued again.",
+            name,
+            alias,
+            ", ".join(str(r) for r in out),
+        )
+        return out
+
+    def provision_inner(
+        self, name: str, *, using: str | None = None, dry_run: bool = False
+    ) -> list[str]:
+        """Make the inner definitions (and rows) of ``failover`` or ``memory_bits`` sequence
+        ``name`` on each of its aliases, for a sequence defined in code rather than declared
+        (declared ones get them from :meth:`provision`); ``alias:name`` of each one made, or
+        that a dry run would make. Idempotent; other strategies need none."""
+        alias = resolve_alias(using)
+        spec = self.spec(name, using=alias)
+        if spec is None:
+            raise SequenceNotFound(name, using=using)
+        return validate(spec).provision(spec, alias, dry_run=dry_run)
+
+    def define(
+        self,
+        name: str,
+        *,
+        strategy: str = "segment",
+        step: int | None = None,
+        min_value: int = 1,
+        max_value: int = BIGINT_MAX,
+        cycle: bool = False,
+        template: str = "",
+        options: dict[str, Any] | None = None,
+        reset: str = "",
+        voided: str = "keep",
+        using: str | None = None,
+        exist_ok: bool = False,
+    ) -> Any:
+        """Create a sequence and its counter row, committed at once, or raise before writing.
+
+        Without ``step``: ``DEFAULT_STEP``, and a plain segment sequence (no template) leases
+        adaptively up to ``DEFAULT_MAX_STEP`` (``options["max_step"]``; docs/concepts.md).
+
+        ``voided``: what reservations (``reserve_number``, ``strict`` sequences only) do with
+        voided and expired numbers: ``"keep"`` them as explained gaps, or ``"reuse"`` them
+        (the lowest first).
+
+        With ``exist_ok`` an existing sequence of that name is returned unchanged.
+        """
+        spec = checked_spec(
+            name,
+            strategy=strategy,
+            step=step,
+            min_value=min_value,
+            max_value=max_value,
+            cycle=cycle,
+            template=template,
+            options=options,
+            reset=reset,
+            voided=voided,
+        )
+        alias = resolve_alias(using)
+        seq = self.model(name=name, **{f: getattr(spec, f) for f in SEQUENCE_FIELDS})
+
+        def write(w: BaseDatabaseWrapper) -> None:
+            """Insert the definition and its row (in one transaction: ``in_own_transaction``)."""
+            seq.pk = None  # a retry after a lost connection starts over
+            seq.key_salt = marked_salt(w, name, new_salt())
+            insert(w, seq)
+            insert(w, row_for(_model("Segment"), w, seq, name))
+
+        try:
+            in_own_transaction(alias, name, write)
+        except IntegrityError:  # it exists
+            if not exist_ok:
+                raise InvalidDefinition(
+                    f"A sequence named {name!r} exists already; pass exist_ok=True to reuse "
+                    f"it, or pick another name."
+                ) from None
+            return self.using(alias).get(name=name)
+        seq._state.adding = False
+        seq._state.db = alias
+        return seq
+
+    def define_or_update(
+        self,
+        name: str,
+        *,
+        options: dict[str, Any] | None = None,
+        using: str | None = None,
+        dry_run: bool = False,
+        **fields: Any,
+    ) -> Defined:
+        """Create sequence ``name`` from ``fields`` (keyword arguments of :meth:`define`:
+        ``strategy``, ``step``, ``min_value``, ``max_value``, ``cycle``, ``template``,
+        ``reset``, ``voided``; the others take :meth:`define`'s defaults) and ``options``, or,
+        when it exists, change only the fields given and set the keys of ``options`` (other options
+        stay): ``manage.py sequences_define``.
+
+        A new definition is checked and written as :meth:`define` does it. A change is
+        checked as :meth:`define` checks a definition and by
+        :func:`~django_sequences.redefinition.check_redefinition` (once the sequence issued: no
+        other template but its sequence field grown, no other reset period or counting
+        option, no ``max_value`` below what was leased), and the strategy is fixed once
+        created (as in the admin); a refusal raises :class:`InvalidDefinition` before anything
+        is written. The definition and its counter
+        rows' bounds are written in one transaction, with the rows locked so no lease runs past
+        a new ``max_value`` meanwhile. Returns a
+        :class:`~django_sequences.definitions.Defined` (``changes``: field, old -> new); with
+        ``dry_run`` nothing is written. Running it again with the same arguments changes
+        nothing."""
+        unknown = set(fields) - set(SEQUENCE_FIELDS)
+        if unknown:
+            raise TypeError(f"define_or_update() got unexpected fields {sorted(unknown)}")
+        alias = resolve_alias(using)
+        stored = self.spec(name, using=alias)
+        if stored is None:
+            new = dict(fields, options={**fields.get("options", {}), **(options or {})})
+            spec = checked_spec(name, **new)
+            if not dry_run:
+                spec = self.define(name, using=alias, **new).spec()
+            made = tuple(Drift(f, None, getattr(spec, f)) for f in SEQUENCE_FIELDS)
+            return Defined(spec.name, True, made, not dry_run)
+        if fields.get("strategy", stored.strategy) != stored.strategy:
+            raise InvalidDefinition(
+                f"Sequence {stored.name!r}: its strategy is fixed once created "
+                f"({stored.strategy!r} -> {fields['strategy']!r}): another strategy counts "
+                f"elsewhere. Define a new sequence under another name.",
+                field="strategy",
+            )
+        wanted = {f: getattr(stored, f) for f in SEQUENCE_FIELDS} | fields
+        wanted["options"] = {**stored.options, **wanted["options"], **(options or {})}
+        drift = drift_of(stored, wanted)
+        if drift:
+            with transaction.atomic(using=alias):  # the definition and its rows' bounds, or neither
+                _model("Segment").objects.lock_rows(
+                    using=alias, sequence=stored.name
+                )  # leases wait
+                _update_definition(
+                    self, stored, wanted, drift, alias, dry_run=dry_run, source="define_or_update()"
+                )
+        return Defined(stored.name, False, drift, bool(drift) and not dry_run)

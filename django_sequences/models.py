@@ -17,10 +17,10 @@ from .compat import check_constraint
 from .conf import VOIDED_POLICIES, docs_url
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_bounds, check_name
-from .definitions import refusals
+from .definitions import SequenceManager, refusals
 from .exceptions import InvalidDefinition, InvalidName, TemplateError
 from .formats.obfuscation import new_salt
-from .managers import SegmentManager, SequenceManager
+from .managers import SegmentManager
 from .sources.workers import WorkerClaimManager
 from .sources.writers import WRITER_LENGTH
 from .strategies import validate

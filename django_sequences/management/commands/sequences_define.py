@@ -2,7 +2,7 @@
 given of one that exists, from the command line.
 
 A thin wrapper over :meth:`Sequence.objects.define_or_update
-<django_sequences.managers.SequenceManager.define_or_update>`: the checks of
+<django_sequences.definitions.SequenceManager.define_or_update>`: the checks of
 ``Sequence.objects.define`` and of a redefinition (once a sequence issued, nothing that could
 issue a value again may change; its strategy is fixed once created), refused before anything is
 written.

@@ -12,7 +12,7 @@ declare ``{seq:06}``) stays as it is: the command provisions every other sequenc
 refused one with what to declare to agree with it, and exits with status 1.
 
 A thin wrapper over :meth:`Sequence.objects.provision_details
-<django_sequences.managers.SequenceManager.provision_details>`.
+<django_sequences.definitions.SequenceManager.provision_details>`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Puts every counter row of the sequence back to ``min_value - 1`` and forgets the marks its
 deleted rows left, so values and numbers already issued are issued again. Deleting a sequence
 never does this; this command says so and asks for ``--yes``. A thin wrapper over
-:meth:`Sequence.objects.reset_series <django_sequences.managers.SequenceManager.reset_series>`.
+:meth:`Sequence.objects.reset_series <django_sequences.definitions.SequenceManager.reset_series>`.
 """
 
 from __future__ import annotations
