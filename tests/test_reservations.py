@@ -18,7 +18,6 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_sequences import next_value, reservations
-from django_sequences.audits import Gap
 from django_sequences.exceptions import (
     InvalidDefinition,
     InvalidKey,
@@ -30,6 +29,7 @@ from django_sequences.exceptions import (
 )
 from django_sequences.models import IssueStat, ReservationEvent, Segment, Sequence
 from django_sequences.models import Reservation as Row
+from django_sequences.reservations import Gap
 
 from .conftest import rows
 
@@ -258,7 +258,7 @@ def test_declared_voided_is_checked(settings: Any) -> None:
 def test_async_twins() -> None:
     Sequence.objects.define("inv", strategy="strict")
 
-    async def main() -> tuple[reservations.Reservation, reservations.Reservation]:
+    async def main() -> tuple[reservations.ReservedNumber, reservations.ReservedNumber]:
         r = await reservations.areserve_number("inv")
         await r.aconfirm()
         s = await reservations.areserve_number("inv")
@@ -325,7 +325,7 @@ def test_a_refused_confirm_inside_atomic_leaves_the_transaction_usable() -> None
 def test_a_process_dying_between_the_two_trips_leaves_a_reservation_nobody_was_given(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """PostgreSQL reserves in two round trips (sources/onetrip.py): the counter and the row
+    """PostgreSQL reserves in two round trips (reservations/sql.py): the counter and the row
     first, the number and the event second. Dying in between (here: the render raises) leaves
     a reservation numbered ``#<value>`` that was never returned; it expires and the audit
     accounts for it. Elsewhere the one transaction rolls back and takes nothing."""
