@@ -215,6 +215,36 @@ def test_per_period_keys() -> None:
     assert reservations.audit("inv", key=f"inv:{month}").keys == [f"inv:{month}"]
 
 
+def test_reserving_builds_no_number_issuer() -> None:
+    """reserve_number renders with the definition's compiled template and counts in the
+    period's row the registry's build names: no NumberIssuer is built (nor its issuing
+    function compiled) for it, and next_number then counts on in the same row."""
+    from django_sequences import next_number, numbers
+
+    Sequence.objects.define("inv", strategy="strict", template="P{date:%Y%m}-{seq:03}")
+    r = reservations.reserve_number("inv")
+    assert (None, "inv", None) not in numbers._issuers
+    month = timezone.localtime().strftime("%Y%m")
+    assert (r.key, r.number) == (f"inv:{month}", f"P{month}-001")
+    assert next_number("inv") == f"P{month}-002"
+
+
+def test_reserved_number_and_its_old_name() -> None:
+    """``ReservedNumber`` is what a caller holds; ``Reservation``, its old name, is the same
+    class at both public paths (the model of its row is ``models.Reservation``)."""
+    import django_sequences
+    from django_sequences.ops import maintenance
+    from django_sequences.reservations import expiry
+
+    assert django_sequences.Reservation is django_sequences.ReservedNumber
+    assert reservations.Reservation is reservations.ReservedNumber
+    assert django_sequences.ReservedNumber is reservations.ReservedNumber
+    assert reservations.Reservation is not Row
+    assert maintenance.expire_reservations is expiry.expire_reservations
+    Sequence.objects.define("inv", strategy="strict")
+    assert type(reservations.reserve_number("inv")) is reservations.ReservedNumber
+
+
 def test_voided_field_is_checked_and_threaded() -> None:
     with pytest.raises(InvalidDefinition, match="voided") as bad:
         Sequence.objects.define("inv", strategy="strict", voided="recycle")
