@@ -24,7 +24,7 @@ it with the row's transaction:
   sentinel whose finalizer voids the reservation with reason ``"rolled back"`` at once (CPython
   frees it when the list is dropped). SQLite, whose one writer is the caller's transaction once
   it has written: a reservation made then was written in that transaction
-  (:mod:`~django_sequences.reservation_rows`), so its rollback takes it and gives the number
+  (:mod:`~django_sequences.reservations.writes`), so its rollback takes it and gives the number
   back, with nothing to void; one made before, in a savepoint rolled back while the transaction
   goes on, is voided when the transaction ends. If the process dies before either happens, the
   reservation stays ``reserved`` until ``expires_at`` (``reserve_ttl``, else
