@@ -239,7 +239,6 @@ def test_reserved_number_and_its_old_name() -> None:
     assert django_sequences.Reservation is django_sequences.ReservedNumber
     assert reservations.Reservation is reservations.ReservedNumber
     assert django_sequences.ReservedNumber is reservations.ReservedNumber
-    assert reservations.Reservation is not Row
     assert maintenance.expire_reservations is expiry.expire_reservations
     Sequence.objects.define("inv", strategy="strict")
     assert type(reservations.reserve_number("inv")) is reservations.ReservedNumber
