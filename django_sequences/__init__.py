@@ -30,13 +30,15 @@ _NUMBERS = (
     "validate_number",
 )
 _RESERVATIONS = (
-    "Reservation",
+    "Reservation",  # the old name of ReservedNumber, kept
+    "ReservedNumber",
     "areserve_number",
     "get_reservation",
     "reserve_number",
 )
 __all__ = [
     "Reservation",
+    "ReservedNumber",
     "SequenceHandle",
     "anext_number",
     "anext_numbers",
@@ -73,7 +75,13 @@ if TYPE_CHECKING:
         parse_number,
         validate_number,
     )
-    from .reservations import Reservation, areserve_number, get_reservation, reserve_number
+    from .reservations import (
+        Reservation,  # the old name of ReservedNumber, kept
+        ReservedNumber,
+        areserve_number,
+        get_reservation,
+        reserve_number,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -229,7 +229,7 @@ class InvalidToken(SequenceError, ValueError):
 
 
 class ReservationError(SequenceError):
-    """Base class of the errors of reservations (``reserve_number``, ``Reservation.confirm``
+    """Base class of the errors of reservations (``reserve_number``, ``ReservedNumber.confirm``
     and ``.void``). ``field``: the argument the error is about (``"ttl"``, ``"reason"``,
     ``"actor"``, ``"number"``), or None."""
 

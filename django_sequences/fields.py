@@ -24,7 +24,7 @@ it with the row's transaction:
   sentinel whose finalizer voids the reservation with reason ``"rolled back"`` at once (CPython
   frees it when the list is dropped). SQLite, whose one writer is the caller's transaction once
   it has written: a reservation made then was written in that transaction
-  (:mod:`~django_sequences.reservation_rows`), so its rollback takes it and gives the number
+  (:mod:`~django_sequences.reservations.writes`), so its rollback takes it and gives the number
   back, with nothing to void; one made before, in a savepoint rolled back while the transaction
   goes on, is voided when the transaction ends. If the process dies before either happens, the
   reservation stays ``reserved`` until ``expires_at`` (``reserve_ttl``, else
@@ -60,7 +60,7 @@ from .sources.callers import joins_callers_transaction
 from .templating import compile_template
 
 if TYPE_CHECKING:
-    from .reservations import Reservation
+    from .reservations import ReservedNumber
 
 logger = logging.getLogger("django_sequences.fields")
 
@@ -366,7 +366,7 @@ class _Settle:
     :func:`_void_unless_done`)."""
 
     def __init__(
-        self, r: Reservation, settle: Callable[[Reservation], None], gone: bool = False
+        self, r: ReservedNumber, settle: Callable[[ReservedNumber], None], gone: bool = False
     ) -> None:
         self.sentinel = _Sentinel()
         self.state = {"done": False}
@@ -382,7 +382,7 @@ class _Settle:
         self.settle(self.r)
 
 
-def _confirm(r: Reservation) -> None:
+def _confirm(r: ReservedNumber) -> None:
     try:
         r.confirm()
     except SequenceError:
@@ -392,7 +392,7 @@ def _confirm(r: Reservation) -> None:
         raise
 
 
-def _void_unless_done(r: Reservation, state: dict[str, bool], gone: bool) -> None:
+def _void_unless_done(r: ReservedNumber, state: dict[str, bool], gone: bool) -> None:
     if state["done"]:
         return
     state["done"] = True
@@ -410,7 +410,7 @@ def _void_unless_done(r: Reservation, state: dict[str, bool], gone: bool) -> Non
     _void(r)
 
 
-def _void(r: Reservation) -> None:
+def _void(r: ReservedNumber) -> None:
     try:
         r.void(ROLLED_BACK)
     except Exception:  # (a finalizer must not raise) expired meanwhile, or the database is down:
@@ -418,7 +418,7 @@ def _void(r: Reservation) -> None:
         logger.warning("Could not void %r of %r after a rollback", r.number, r.sequence)
 
 
-def _attach(r: Reservation, instance: models.Model) -> None:
+def _attach(r: ReservedNumber, instance: models.Model) -> None:
     """Settle ``r`` with the transaction that saves ``instance`` (see the module docstring)."""
     alias = instance._state.db or router.db_for_write(type(instance), instance=instance)
     if transaction.get_connection(alias).in_atomic_block:

@@ -44,7 +44,7 @@ from ..reservations import (
     MAX_ACTOR,
     MAX_REASON,
     MAX_TTL,
-    Reservation,
+    ReservedNumber,
     check_reservable,
     get_reservation,
     reserve_number,
@@ -124,7 +124,7 @@ def reservation(request: HttpRequest, token: ApiToken, name: str, number: str) -
     return payload(_find(name, number, token), ids_as_strings(request, {}))
 
 
-def payload(r: Reservation, as_strings: bool) -> Payload:
+def payload(r: ReservedNumber, as_strings: bool) -> Payload:
     """A reservation as the answers write it."""
     return {
         "sequence": r.sequence,
@@ -201,7 +201,7 @@ def _check_strategy(name: str) -> None:
         ) from None
 
 
-def _find(name: str, number: str, token: ApiToken) -> Reservation:
+def _find(name: str, number: str, token: ApiToken) -> ReservedNumber:
     """The reservation of ``number`` (as issued), else of the value its decimal digits say,
     among those ``token`` may touch: its own, or any with ``settle_any``. Another one is not
     found, with the words of one that does not exist (module docstring)."""

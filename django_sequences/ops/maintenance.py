@@ -1,7 +1,9 @@
 """Work done ahead of time or on a schedule, outside any caller's request: pre-warming the
 shared Redis windows and the next period's counter rows, the statistics snapshot, and one
 synchronous renewal pass of this process's worker leases; and raising a counter (an operator's
-one-off, ``sequences_raise``). ``tasks.py`` wraps the periodic ones in Celery tasks, and the
+one-off, ``sequences_raise``); the expiry of reservations is the reservations' own
+(:func:`~django_sequences.reservations.expiry.expire_reservations`, imported here, its
+documented path). ``tasks.py`` wraps the periodic ones in Celery tasks, and the
 ``sequences_prewarm`` and ``sequences_snapshot`` commands call the same functions for cron or
 systemd (nothing here imports Celery).
 
@@ -33,6 +35,7 @@ from ..core.workers import current_heartbeat
 from ..exceptions import InvalidDefinition, SequenceError, SequenceNotFound
 from ..formats.keys import period_key, shard_keys
 from ..models import Segment, Sequence
+from ..reservations.expiry import expire_reservations as expire_reservations
 from ..sources.connections import on_private, resolve_alias, select
 from ..sources.redis.connection import Script
 from ..sources.redis.counters import RedisWindowStore
@@ -574,16 +577,3 @@ def _raise_row(
         f"being raised; nothing was written. Run the raise again.",
         field="version",
     )
-
-
-def expire_reservations(*, using: str | None = None, dry_run: bool = False) -> int:
-    """Mark the reservations still ``reserved`` past their ``expires_at`` ``expired`` (with
-    an event each); how many (``dry_run``: how many would be, nothing written). Safe twice:
-    each one is a conditional update on its state and attempt (``reservations.expire``)."""
-    from .. import reservations  # it imports numbers and the registry: only when reaping
-
-    if dry_run:
-        alias = resolve_alias(using)
-        overdue = reservations.Row.objects.using(alias)
-        return int(overdue.filter(state="reserved", expires_at__lte=timezone.now()).count())
-    return reservations.expire(using=using)

@@ -18,7 +18,6 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_sequences import next_value, reservations
-from django_sequences.audits import Gap
 from django_sequences.exceptions import (
     InvalidDefinition,
     InvalidKey,
@@ -30,6 +29,7 @@ from django_sequences.exceptions import (
 )
 from django_sequences.models import IssueStat, ReservationEvent, Segment, Sequence
 from django_sequences.models import Reservation as Row
+from django_sequences.reservations import Gap
 from tests.support.issuing import rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -214,6 +214,35 @@ def test_per_period_keys() -> None:
     assert reservations.audit("inv", key=f"inv:{month}").keys == [f"inv:{month}"]
 
 
+def test_reserving_builds_no_number_issuer() -> None:
+    """reserve_number renders with the definition's compiled template and counts in the
+    period's row the registry's build names: no NumberIssuer is built (nor its issuing
+    function compiled) for it, and next_number then counts on in the same row."""
+    from django_sequences import next_number, numbers
+
+    Sequence.objects.define("inv", strategy="strict", template="P{date:%Y%m}-{seq:03}")
+    r = reservations.reserve_number("inv")
+    assert (None, "inv", None) not in numbers._issuers
+    month = timezone.localtime().strftime("%Y%m")
+    assert (r.key, r.number) == (f"inv:{month}", f"P{month}-001")
+    assert next_number("inv") == f"P{month}-002"
+
+
+def test_reserved_number_and_its_old_name() -> None:
+    """``ReservedNumber`` is what a caller holds; ``Reservation``, its old name, is the same
+    class at both public paths (the model of its row is ``models.Reservation``)."""
+    import django_sequences
+    from django_sequences.ops import maintenance
+    from django_sequences.reservations import expiry
+
+    assert django_sequences.Reservation is django_sequences.ReservedNumber
+    assert reservations.Reservation is reservations.ReservedNumber
+    assert django_sequences.ReservedNumber is reservations.ReservedNumber
+    assert maintenance.expire_reservations is expiry.expire_reservations
+    Sequence.objects.define("inv", strategy="strict")
+    assert type(reservations.reserve_number("inv")) is reservations.ReservedNumber
+
+
 def test_voided_field_is_checked_and_threaded() -> None:
     with pytest.raises(InvalidDefinition, match="voided") as bad:
         Sequence.objects.define("inv", strategy="strict", voided="recycle")
@@ -257,7 +286,7 @@ def test_declared_voided_is_checked(settings: Any) -> None:
 def test_async_twins() -> None:
     Sequence.objects.define("inv", strategy="strict")
 
-    async def main() -> tuple[reservations.Reservation, reservations.Reservation]:
+    async def main() -> tuple[reservations.ReservedNumber, reservations.ReservedNumber]:
         r = await reservations.areserve_number("inv")
         await r.aconfirm()
         s = await reservations.areserve_number("inv")
@@ -324,7 +353,7 @@ def test_a_refused_confirm_inside_atomic_leaves_the_transaction_usable() -> None
 def test_a_process_dying_between_the_two_trips_leaves_a_reservation_nobody_was_given(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """PostgreSQL reserves in two round trips (sources/onetrip.py): the counter and the row
+    """PostgreSQL reserves in two round trips (reservations/sql.py): the counter and the row
     first, the number and the event second. Dying in between (here: the render raises) leaves
     a reservation numbered ``#<value>`` that was never returned; it expires and the audit
     accounts for it. Elsewhere the one transaction rolls back and takes nothing."""

@@ -9,8 +9,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from ...audits import Audit
-from ...reservations import audit
+from ...reservations import Audit, audit
 from ..base import SequenceCommand
 
 

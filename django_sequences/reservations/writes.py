@@ -1,16 +1,17 @@
 """The writes behind :func:`~django_sequences.reservations.reserve_number`: a fresh value of
-a counter row and its reservation row, or (``voided="reuse"``) a voided or expired reservation
-claimed again, each with its :class:`~django_sequences.models.ReservationEvent`.
+a counter row and its :class:`~django_sequences.models.Reservation` row, or
+(``voided="reuse"``) a voided or expired reservation row claimed again, each with its
+:class:`~django_sequences.models.ReservationEvent`; and the event of any later step (:func:`event`).
 
 Everywhere but in one case they commit on one of the app's private connections, on their own
-(:func:`.sources.transactions.in_transaction`; on PostgreSQL a fresh value in two round trips,
-:mod:`.sources.onetrip`). The case: SQLite inside the caller's ``transaction.atomic()``. SQLite
+(:func:`.transactions.in_transaction`; on PostgreSQL a fresh value in two round trips,
+:mod:`.sql`). The case: SQLite inside the caller's ``transaction.atomic()``. SQLite
 has one writer, and a transaction that has written holds the database until it ends, so the
 private connection would wait for the caller's own lock until the timeout and fail. There the
 whole reservation (the period's counter row when it is new, the claim or the increment, the
 row and its event) is tried once on the private connection without waiting, and, when the lock
 is not free at once, written in a savepoint of the caller's transaction
-(:func:`.sources.transactions.in_transaction_or_callers`): it then commits with the caller or
+(:func:`.transactions.in_transaction_or_callers`): it then commits with the caller or
 goes with its rollback, number and all, as ``strict`` with ``gapless`` does. Each function
 returns the reservation row and whether it was written there.
 """
@@ -23,16 +24,16 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .models import Reservation as Row
-from .models import ReservationEvent, Segment
-from .sources import onetrip, rows
-from .sources.callers import joins_callers_transaction
-from .sources.connections import insert, on_private, select
-from .sources.transactions import in_transaction, in_transaction_or_callers, update_rows
+from ..models import Reservation, ReservationEvent, Segment
+from ..sources import rows
+from ..sources.callers import joins_callers_transaction
+from ..sources.connections import insert, on_private, select
+from . import sql
+from .transactions import in_transaction, in_transaction_or_callers, update_rows
 
 #: Claims of voided numbers tried per reservation before a fresh value is taken.
 CLAIM_TRIES = 20
-#: The columns a reservation is read from.
+#: The columns a reservation row is read from.
 FIELDS: tuple[str, ...] = ("id", "sequence", "key", "value", "number", "state", "actor")
 FIELDS += ("reserved_at", "expires_at", "attempt", "token_id", "label")
 
@@ -89,7 +90,7 @@ def _fresh(
     render: Callable[[int], str],
 ) -> Any:
     """A new value from counter row ``key`` and its reservation: on PostgreSQL in two round
-    trips with the counter row locked inside the server only (:mod:`.sources.onetrip`), else
+    trips with the counter row locked inside the server only (:mod:`.sql`), else
     (or when the row must go the long way) in one transaction."""
     if (alias, key) not in _rows_made:
         on_private(alias, key, lambda w: ensure_row(w, key, name))
@@ -97,11 +98,14 @@ def _fresh(
     values, event = _values(name, key, now, expires, who)
 
     def one_trip(w: BaseDatabaseWrapper) -> Any:
-        got = onetrip.reserve(w, Segment, Row, ReservationEvent, key, values, event, render)
+        fresh = sql.Fresh(key, values, event, render)
+        got = sql.reserve(
+            w, fresh, counter=Segment, reservation=Reservation, event=ReservationEvent
+        )
         if got is None:
             return None
         pk, value, number = got
-        return Row(pk=pk, value=value, number=number, **values)
+        return Reservation(pk=pk, value=value, number=number, **values)
 
     fast = on_private(alias, key, one_trip)
     if fast is not None:
@@ -125,7 +129,7 @@ def _fresh_in(
     taken = rows.increment_in(Segment, w, key, 1, name)
     if taken is None:
         return None
-    row = Row(value=taken[0], number=render(taken[0]), **values)
+    row = Reservation(value=taken[0], number=render(taken[0]), **values)
     insert(w, row)
     event(w, row.pk, 1, "reserved", values["reserved_at"], values["actor"], "", values["label"])
     return row
@@ -179,8 +183,10 @@ def _reserve_on_sqlite(
 
 def _candidates(w: BaseDatabaseWrapper, name: str, key: str, now: datetime) -> list[Any]:
     """The lowest few voided, expired or overdue reservations of counter row ``key``."""
-    reusable = Row.objects.filter(sequence=name, key=key, state__in=("voided", "expired"))
-    overdue = Row.objects.filter(sequence=name, key=key, state="reserved", expires_at__lte=now)
+    reusable = Reservation.objects.filter(sequence=name, key=key, state__in=("voided", "expired"))
+    overdue = Reservation.objects.filter(
+        sequence=name, key=key, state="reserved", expires_at__lte=now
+    )
     fields = ("pk", "state", "attempt")
     a = select(w, reusable.order_by("value").values_list(*fields, "value")[:4])
     b = select(w, overdue.order_by("value").values_list(*fields, "value")[:4])
@@ -207,7 +213,7 @@ def _claimer(
     pk: int, state: str, attempt: int, now: datetime, expires: datetime, who: dict[str, Any]
 ) -> Callable[[BaseDatabaseWrapper], Any]:
     def write(w: BaseDatabaseWrapper) -> Any:
-        match = Row.objects.filter(pk=pk, state=state, attempt=attempt)
+        match = Reservation.objects.filter(pk=pk, state=state, attempt=attempt)
         if state == "reserved":
             match = match.filter(expires_at__lte=now)
         changed = update_rows(
@@ -226,8 +232,8 @@ def _claimer(
         if state == "reserved":  # its expiry was not recorded yet
             event(w, pk, attempt, "expired", now, "", "expired")
         event(w, pk, attempt + 1, "reserved", now, who["actor"], "", who["label"])
-        found = select(w, Row.objects.filter(pk=pk).values_list(*FIELDS))
-        return Row(**dict(zip(FIELDS, found[0], strict=True)))
+        found = select(w, Reservation.objects.filter(pk=pk).values_list(*FIELDS))
+        return Reservation(**dict(zip(FIELDS, found[0], strict=True)))
 
     return write
 

@@ -1,4 +1,5 @@
-"""A reservation in two round trips on PostgreSQL, the counter row locked inside the server only.
+"""The SQL of a reservation in two round trips on PostgreSQL, the counter row locked inside the
+server only; and of a settling step (confirm, void) in one.
 
 The first trip is one transaction in one query string: ``BEGIN; SET LOCAL synchronous_commit
 TO off; WITH c AS (<the strict increment>) INSERT <the reservation row> …; COMMIT``. The counter
@@ -14,49 +15,65 @@ standbys) before its number is returned. A process that dies between the trips l
 reservation nobody was given, numbered ``#<value>``; it expires like any other.
 
 Everything else (MariaDB/MySQL, SQLite, psycopg 2, a row that must go the long way: missing,
-at its bound, moved by another server) returns None here and takes the one-transaction path.
-The statements go through the simple query protocol (no prepared statement: PgBouncer-safe).
+at its bound, moved by another server) returns None here and takes the one-transaction path
+(:mod:`.writes`). The statements go through the simple query protocol (no prepared statement:
+PgBouncer-safe). The caller hands in the models: the counter row's, the reservation's and its
+event's.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Model
 
-from . import rows
+from ..sources import rows
 
 #: The number of a reservation until its number is written (followed by its value).
 UNRENDERED = "#"
 
 
+@dataclass(frozen=True)
+class Fresh:
+    """A reservation to write with a fresh value of counter row ``key``: its fields by name
+    but ``value`` and ``number`` (``values``), those of its ``reserved`` event but the
+    reservation's key (``event``), and how its value is rendered as its number."""
+
+    key: str
+    values: Mapping[str, Any]
+    event: Mapping[str, Any]
+    render: Callable[[int], str]
+
+
 def reserve(
     w: BaseDatabaseWrapper,
-    counter: Any,
-    row_model: Any,
-    event_model: Any,
-    key: str,
-    values: Mapping[str, Any],
-    event_values: Mapping[str, Any],
-    render: Callable[[int], str],
+    fresh: Fresh,
+    *,
+    counter: type[Model],
+    reservation: type[Model],
+    event: type[Model],
 ) -> tuple[int, int, str] | None:
-    """Take the next value of counter row ``key`` (model ``counter``) and insert its
-    ``row_model`` row (``values`` by field name, but ``value`` and ``number``), then write its
-    number and its ``event_model`` row (``event_values``; the row's key in its
-    ``reservation`` field): (row pk, value, number), or None where this path does not apply."""
+    """Take the next value of counter row ``fresh.key`` (model ``counter``) and insert its
+    ``reservation`` row, then write its number and its ``event`` row (the reservation's key in
+    its ``reservation`` field): (reservation pk, value, number), or None where this path does
+    not apply."""
     if not _applies(w):
         return None
-    found = rows.increment_statement(counter, w, key, 1)
+    found = rows.increment_statement(counter, w, fresh.key, 1)
     if found is None:
         return None
     increment, params = found
     qn = w.ops.quote_name
-    taken = qn(counter._meta.get_field("value").column)
-    meta = row_model._meta
+    # Any: the stubs' get_field() may be a reverse relation (no column); these are fields
+    meta: Any = reservation._meta
+    counter_meta: Any = counter._meta
+    taken = qn(counter_meta.get_field("value").column)
     from_c = {"value": f"c.{taken}", "number": f"concat('{UNRENDERED}', c.{taken})"}
-    columns, exprs = _insert_parts(w, meta, values, from_c, params)
+    columns, exprs = _insert_parts(w, meta, fresh.values, from_c, params)
     table, pk = qn(meta.db_table), qn(meta.pk.column)
     got = _trip(
         w,
@@ -68,11 +85,11 @@ def reserve(
     if got is None:
         return None
     row_pk, value = int(got[0]), int(got[1])
-    number = render(value)
-    ev = event_model._meta
+    number = fresh.render(value)
+    ev: Any = event._meta
     ev_params: list[Any] = [number, row_pk]
     ev_columns, ev_exprs = _insert_parts(
-        w, ev, {**event_values, "reservation": row_pk}, {}, ev_params
+        w, ev, {**fresh.event, "reservation": row_pk}, {}, ev_params
     )
     _trip(
         w,
@@ -147,24 +164,26 @@ def _trip(
 
 def settle(
     w: BaseDatabaseWrapper,
-    row_model: Any,
-    event_model: Any,
+    *,
+    reservation: type[Model],
+    event: type[Model],
     pk: int,
     attempt: int,
     changes: Mapping[str, Any],
     event_values: Mapping[str, Any],
-    *,
     own_transaction: bool,
 ) -> bool | None:
-    """Settle reservation ``pk`` if it is still ``reserved`` at ``attempt`` and not past its
-    ``expires_at`` (``changes``: the fields to set, ``settled_at`` among them) and insert its
-    event, in one statement (``WITH u AS (UPDATE … RETURNING) INSERT … FROM u``): in the
-    transaction open on ``w`` (the caller's), or in one of its own (``own_transaction``). True
-    when it settled, False when the row did not match, None where this path does not apply."""
+    """Settle ``reservation`` row ``pk`` if it is still ``reserved`` at ``attempt`` and not
+    past its ``expires_at`` (``changes``: the fields to set, ``settled_at`` among them) and
+    insert its ``event`` row (``event_values``), in one statement (``WITH u AS (UPDATE …
+    RETURNING) INSERT … FROM u``): in the transaction open on ``w`` (the caller's), or in one
+    of its own (``own_transaction``). True when it settled, False when the row did not match,
+    None where this path does not apply."""
     if not _applies(w):
         return None
     qn = w.ops.quote_name
-    meta, ev = row_model._meta, event_model._meta
+    meta: Any = reservation._meta
+    ev: Any = event._meta
     table, key = qn(meta.db_table), qn(meta.pk.column)
 
     def col(name: str) -> str:

@@ -1,10 +1,10 @@
-"""Short transactions on the private connections (the reservations' writes).
+"""Short transactions on the private connections: how every reservation write commits.
 
 :func:`in_transaction` runs a function in one transaction on a pooled private connection of an
-alias (:func:`~.connections.on_private`) and commits it, retrying one that lost to another
-(a deadlock, a busy database); :func:`in_transaction_or_callers` does the same, except on
-SQLite inside the caller's ``transaction.atomic()``, where it never waits for a write lock the
-caller holds; :func:`update_rows` runs a queryset's UPDATE on such a connection.
+alias (:func:`~django_sequences.sources.connections.on_private`) and commits it, retrying one
+that lost to another (a deadlock, a busy database); :func:`in_transaction_or_callers` does the
+same, except on SQLite inside the caller's ``transaction.atomic()``, where it never waits for a
+write lock the caller holds; :func:`update_rows` runs a queryset's UPDATE on such a connection.
 Model-agnostic: the caller hands the querysets and models.
 """
 
@@ -26,8 +26,8 @@ from ..exceptions import (
     SerializationConflict,
     WriteContention,
 )
-from .callers import is_conflict, joins_callers_transaction
-from .connections import on_private, private_connection
+from ..sources.callers import is_conflict, joins_callers_transaction
+from ..sources.connections import on_private, private_connection
 
 _T = TypeVar("_T")
 
@@ -104,14 +104,15 @@ def in_transaction_or_callers(
     """:func:`in_transaction`, and whether ``fn`` ran in the caller's transaction instead.
 
     On SQLite inside the calling thread's ``transaction.atomic()``
-    (:func:`~.callers.joins_callers_transaction`) the private connection is tried once, with
-    no wait for SQLite's write lock: when it has the lock at once, ``fn`` commits there on its
-    own, as everywhere (False). Else (most often the caller's transaction has written and holds
-    the lock until it ends; or another writer has it, or another thread holds the private
-    connection and may be waiting for it) ``fn`` runs, reads and writes, in a savepoint of the
-    caller's transaction (True): what it wrote is the caller's, committed or rolled back with
-    it. The private connection would have waited out the lock timeout for the caller's own
-    lock and failed. Elsewhere the result is :func:`in_transaction`'s (False)."""
+    (:func:`~django_sequences.sources.callers.joins_callers_transaction`) the private
+    connection is tried once, with no wait for SQLite's write lock: when it has the lock at
+    once, ``fn`` commits there on its own, as everywhere (False). Else (most often the caller's
+    transaction has written and holds the lock until it ends; or another writer has it, or
+    another thread holds the private connection and may be waiting for it) ``fn`` runs, reads
+    and writes, in a savepoint of the caller's transaction (True): what it wrote is the
+    caller's, committed or rolled back with it. The private connection would have waited out
+    the lock timeout for the caller's own lock and failed. Elsewhere the result is
+    :func:`in_transaction`'s (False)."""
     if not joins_callers_transaction(alias):
         return in_transaction(alias, key, fn, retry_none=retry_none), False
     got = _unless_locked(alias, key, fn, retry_none)

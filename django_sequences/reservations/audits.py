@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 
 from django.utils import timezone
 
-from .core.validation import check_name, shown
-from .exceptions import InvalidKey, InvalidReservation, SequenceNotFound
-from .models import Reservation, ReservationEvent, Segment, Sequence
-from .sources.connections import resolve_alias
+from ..core.validation import check_name, shown
+from ..exceptions import InvalidKey, InvalidReservation, SequenceNotFound
+from ..models import Reservation, ReservationEvent, Segment, Sequence
+from ..sources.connections import resolve_alias
 
 
 @dataclass(frozen=True)
