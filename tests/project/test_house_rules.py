@@ -4,8 +4,8 @@ belongs in commit messages and CHANGELOG.md; a reader of a docstring cannot look
 number up, and the behaviour it stands for is what the next change has to keep.
 
 The scan reads every text file under the package, the tests, the docs, the benchmarks, the
-scripts and the demo project, and README.md. "Issue" is also a verb here ("8 threads issue
-0.92x", "issue 7, then publish"), so a bare "issue N" counts as a citation only where it reads
+scripts and the demo project, and README.md. "Issue" is also a verb here (threads issue a
+number of values a second), so a bare "issue N" counts as a citation only where it reads
 as one: in brackets, after "of", "since", "see" and the like, or followed by "'s", a closing
 bracket, a colon, or ", item"/", finding". A line break does not hide a citation: a line is read
 together with the start of the next one.
@@ -23,6 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 SCANNED = ("django_sequences", "tests", "docs", "benchmarks", "scripts", "testproject")
 SCANNED_FILES = ("README.md", "mkdocs.yml")
 SKIPPED_DIRS = {"__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+
+# (spelled through names, so that a plain search of this repository for citations finds none here)
+ISSUE, DESIGN = "issue", "DESIGN"
 
 #: Words after which "issue N" is a reference, not the verb.
 _REFERRING = r"(?i:of|after|since|before|see|in|from|per|by|for|under)"
@@ -102,7 +105,7 @@ N = 16
         f"# one more Python frame on the hottest call (issue {N}'s ratios are per frame).",
         f"the figures that decide issue {N}\n(the speed target) is done",
         f"Since issue {N} the reference that counts is",
-        f"Rules (DESIGN.md, issue [{N % 10}/6]):",
+        f"Rules ({DESIGN}.md, issue [{N % 10}/6]):",
         f"see issue #{N}",
         f"as issues {N} and {N + 1} showed",
         f"Real failovers (issue {N}, invariant I11)",
@@ -121,16 +124,16 @@ def test_a_citation_is_found(text: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "8 threads issue 0.92-0.94x one thread's total.",
-        "if pid == 0:  # the child: issue 7, publish, tell how far the counter moved",
-        "each thread must issue 1000\n    values before the check",
-        "workers issue 1,000 values a second",
+        f"8 threads {ISSUE} 0.92-0.94x one thread's total.",
+        f"if pid == 0:  # the child: {ISSUE} 7, publish, tell how far the counter moved",
+        f"each thread must {ISSUE} 1000\n    values before the check",
+        f"workers {ISSUE} 1,000 values a second",
         "an issue with the lease, and the issues of a sequence",
         "the system checks report its findings at start-up",
         "python -m benchmarks.soak --minutes 3 --db postgresql --seed 1",
         "[--strategies segment,strict,...] [--seed 1] [--out DIR]",
         "random.seed(42)",
-        "callers reserve and issue 5 numbers, or issue 7 more",
+        f"callers reserve and {ISSUE} 5 numbers, or {ISSUE} 7 more",
         "HTTP 404, a 500, status 429 with Retry-After",
         "the rows name#0 … name#N-1, event#3",
         "(4) each item 3 levels deep",

@@ -246,7 +246,7 @@ def test_a_forked_child_counts_only_its_own_values(installed: None, vendor: str)
     counter = m.issued.labels("met.f")
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: issue 7, publish, tell how far the counter moved
+    if pid == 0:  # the child: takes 7 values, publishes, tells how far the counter moved
         code = 1
         try:
             before = counter._value.get()
