@@ -31,7 +31,7 @@ ROOT = Path(django_sequences.__file__).resolve().parent
 #: Rule 2: what the stores may not import (module name prefixes).
 ABOVE_SOURCES = (
     "strategies",
-    "wrappers",
+    "definitions",
     "issuing",
     "numbers",
     "reservations",
