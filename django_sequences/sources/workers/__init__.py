@@ -17,7 +17,7 @@ A process claims a worker id of a *namespace* (the sequence name), 0 … ``max_w
 Here:
 
 * ``database.py``: claims as :class:`~django_sequences.models.WorkerLease` rows
-  (:class:`WorkerClaimManager`, its manager, and :class:`DatabaseWorkerStore`).
+  (:class:`WorkerClaimManager`, its manager, which is the database store bound to an alias).
 * ``redis.py``: claims as Redis keys (:class:`RedisWorkerStore`), expiry judged by the Redis
   server's clock.
 * ``guard.py``: the writer guard (invariant I11): every acquire, renew and release records the
@@ -34,32 +34,24 @@ releases its parent's. A generator holds its claim through a
 
 from __future__ import annotations
 
+from typing import cast
+
+from django.apps import apps
+
 from ...conf import app_settings
 from ...core.clock import SYSTEM_CLOCK, Clock
-from ...core.workers import StoreGrant, WorkerSlot, WorkerStore, default_heartbeat, shutdown
+from ...core.workers import StoreGrant, WorkerSlot, WorkerStore, shutdown
 from ..redis import connection
-from .database import DatabaseWorkerStore, ReapedClaim, WorkerClaimManager
-from .guard import FENCE_MISSING_IDS, db_now, fence_seconds, margin_ticks
+from .database import WorkerClaimManager
+from .guard import FENCE_MISSING_IDS, db_now
 from .redis import RedisWorkerStore
-
-#: The names from before worker ids were claimed, kept for callers and docs that use them.
-WorkerLeaseManager = WorkerClaimManager
-ReapedLease = ReapedClaim
 
 __all__ = [
     "FENCE_MISSING_IDS",
-    "DatabaseWorkerStore",
-    "ReapedClaim",
-    "ReapedLease",
     "RedisWorkerStore",
     "StoreGrant",
     "WorkerClaimManager",
-    "WorkerLeaseManager",
-    "WorkerSlot",
     "db_now",
-    "default_heartbeat",
-    "fence_seconds",
-    "margin_ticks",
     "shutdown",
     "slot_for",
 ]
@@ -81,7 +73,9 @@ def slot_for(
     if store == "redis":
         backend = RedisWorkerStore(connection.resolve_alias(redis_alias))
     else:
-        backend = DatabaseWorkerStore(alias)
+        # the model by name: the stores import no model (the app registry is ready by now)
+        model = apps.get_model("django_sequences", "WorkerLease")
+        backend = cast(WorkerClaimManager, model.objects).db_manager(alias)
     return WorkerSlot(
         namespace,
         max_worker,
