@@ -245,13 +245,15 @@ def _provision_shard_rows(
     """Create the missing shard rows of ``spec`` (each insert commits on its own; a row another
     process inserted first is not reported); the keys created, or those a dry run would
     create (all of them for a definition not made yet, ``new``)."""
-    segments = _model("Segment")
+    counter_rows = _model("Segment")
     keys = shard_keys(spec)
     if not keys or (dry_run and new):
         return keys
 
     def write(w: BaseDatabaseWrapper) -> list[str]:
-        have = {k for (k,) in select(w, segments.objects.filter(key__in=keys).values_list("key"))}
+        have = {
+            k for (k,) in select(w, counter_rows.objects.filter(key__in=keys).values_list("key"))
+        }
         missing = [k for k in keys if k not in have]
         if dry_run or not missing:
             return missing
@@ -266,7 +268,7 @@ def _provision_shard_rows(
         made = []
         for key in missing:
             try:
-                insert(w, row_for(segments, w, seq, key))
+                insert(w, row_for(counter_rows, w, seq, key))
             except IntegrityError:  # another process made it first: fine
                 continue
             made.append(key)
@@ -425,7 +427,7 @@ class SequenceManager(models.Manager[Any]):
         would be reset, nothing written). Raises :class:`SequenceNotFound` when ``name`` has
         neither a definition nor marks.
         """
-        segments, marks_model = _model("Segment"), _model("SeriesMark")
+        counter_rows, marks_model = _model("Segment"), _model("SeriesMark")
         check_name(name)
         alias = resolve_alias(using)
         with transaction.atomic(using=alias):
@@ -435,7 +437,7 @@ class SequenceManager(models.Manager[Any]):
                 []
                 if found_pk is None
                 else list(
-                    segments.objects.using(alias)
+                    counter_rows.objects.using(alias)
                     .select_for_update()
                     .filter(sequence_id=found_pk)
                     .values_list("pk", "key", "value", "min_value")
@@ -458,7 +460,7 @@ class SequenceManager(models.Manager[Any]):
             out.sort(key=lambda r: r.key)
             if dry_run or not out:
                 return out
-            segments.objects.using(alias).filter(pk__in=[r[0] for r in rows]).update(
+            counter_rows.objects.using(alias).filter(pk__in=[r[0] for r in rows]).update(
                 value=models.F("min_value") - 1, version=models.F("version") + 1
             )
             marks_model.objects.using(alias).filter(sequence=name).delete()

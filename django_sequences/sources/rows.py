@@ -4,7 +4,7 @@ and the other writes to them (a new row, pruning finished periods, raising a val
 A store: it is handed the counter-row model (``Segment``, by its manager) and imports no model,
 strategy or surface; the definitions model is the one the rows' ``sequence`` key points to,
 and ``SeriesMark`` is named through the app registry. Every lease runs on the process's
-private lease connection (:mod:`.connections`), so it commits on its own whatever transaction
+private connection (:mod:`.connections`), so it commits on its own whatever transaction
 the caller is in (invariant I2); the writer guard (:mod:`.writers`, invariant I11) moves a
 row ahead when another server leased from it last.
 """
@@ -246,7 +246,7 @@ def _lease_once(
                 current = str(current)
                 writers.connection_identity(w, refresh=current)
                 if writer and writer != current and writers.enabled():
-                    # Another server leased from this row last: a failover, maybe to a
+                    # Another server leased from this row last: a promotion, maybe to a
                     # replica that missed its last leases. Move ahead first (I11).
                     ahead = value + writers.margin(pace, step)
                     moved = (writer, value, min(ahead, max(hi, value)))

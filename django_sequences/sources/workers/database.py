@@ -91,7 +91,7 @@ class WorkerClaimManager(models.Manager[Any]):
             if found is None and not contended and fenced is not None:
                 raise WorkerClaimLost(
                     f"Could not acquire a worker id of {namespace!r}: database {alias!r} was "
-                    f"taken over by another server (a failover), so the ids whose holders may "
+                    f"taken over by another server (a promotion), so the ids whose holders may "
                     f"still be issuing are fenced until {fenced.isoformat()} (by the "
                     f"database's clock; WRITER_GUARD, WRITER_GUARD_MARGIN_SECONDS), and every "
                     f"other id is held."
