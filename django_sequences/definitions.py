@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.apps import apps
 from django.db import IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -29,7 +28,7 @@ from .formats import keys as row_keys
 from .formats.obfuscation import new_salt
 
 # the rule of what may change once a series issued (models.py imports the last two from here)
-from .redefinition import check_redefinition
+from .redefinition import app_model, check_redefinition
 from .redefinition import refusals as refusals
 from .sources.callers import in_own_transaction, joins_callers_transaction
 from .sources.connections import insert, on_private, resolve_alias, select
@@ -46,12 +45,6 @@ log = logging.getLogger("django_sequences.series")
 
 #: Where provisioning's update takes a definition from.
 DECLARATION = "its declaration"
-
-
-def _model(name: str) -> Any:
-    """Model ``name`` of this app, by name: the models import this module (a definition's
-    edit is checked here), so it imports none of them."""
-    return apps.get_model("django_sequences", name)
 
 
 def _update_definition(
@@ -245,7 +238,7 @@ def _provision_shard_rows(
     """Create the missing shard rows of ``spec`` (each insert commits on its own; a row another
     process inserted first is not reported); the keys created, or those a dry run would
     create (all of them for a definition not made yet, ``new``)."""
-    counter_rows = _model("Segment")
+    counter_rows = app_model("Segment")
     keys = shard_keys(spec)
     if not keys or (dry_run and new):
         return keys
@@ -427,7 +420,7 @@ class SequenceManager(models.Manager[Any]):
         would be reset, nothing written). Raises :class:`SequenceNotFound` when ``name`` has
         neither a definition nor marks.
         """
-        counter_rows, marks_model = _model("Segment"), _model("SeriesMark")
+        counter_rows, marks_model = app_model("Segment"), app_model("SeriesMark")
         check_name(name)
         alias = resolve_alias(using)
         with transaction.atomic(using=alias):
@@ -533,7 +526,7 @@ class SequenceManager(models.Manager[Any]):
             seq.pk = None  # a retry after a lost connection starts over
             seq.key_salt = marked_salt(w, name, new_salt())
             insert(w, seq)
-            insert(w, row_for(_model("Segment"), w, seq, name))
+            insert(w, row_for(app_model("Segment"), w, seq, name))
 
         try:
             in_own_transaction(alias, name, write)
@@ -599,7 +592,7 @@ class SequenceManager(models.Manager[Any]):
         drift = drift_of(stored, wanted)
         if drift:
             with transaction.atomic(using=alias):  # the definition and its rows' bounds, or neither
-                _model("Segment").objects.lock_rows(
+                app_model("Segment").objects.lock_rows(
                     using=alias, sequence=stored.name
                 )  # leases wait
                 _update_definition(

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .sources import rowedits, rows
-
-if TYPE_CHECKING:
-    pass
 
 
 class SegmentManager(models.Manager[Any]):
@@ -86,13 +83,9 @@ class SegmentManager(models.Manager[Any]):
         it is missing (from the definition's bounds, above a deleted row's mark)."""
         rows.create_missing_row(self.model, w, key, name)
 
-    def check_value(self, row: Any, new: int, version: int | None = None) -> None:
-        """Raise :class:`InvalidDefinition` (``field`` ``"value"`` or ``"version"``) unless
-        counter row ``row`` may be raised to ``new`` by :meth:`raise_value`: never lower (every
-        value up to the current one may have been issued), never to where it is, never above
-        its ``max_value``; ``version``, the row's version when ``new`` was chosen, must still be
-        the row's (a lease taken since then refuses it too)."""
-        rowedits.check_value(row, new, version)
+    #: Raise :class:`InvalidDefinition` unless a counter row may be raised to a value by
+    #: :meth:`raise_value` (:func:`django_sequences.sources.rowedits.check_value`).
+    check_value = staticmethod(rowedits.check_value)
 
     def raise_value(self, row: Any, new: int, version: int) -> None:
         """Raise counter row ``row`` to ``new`` (a gap: the values between are never issued),

@@ -479,7 +479,7 @@ def raise_counter(
         on_private(alias, name, make)
     with transaction.atomic(using=alias):
         Segment.objects.lock_rows(using=alias, keys=keys)  # leases wait until it commits
-        done = [_raise_row(spec, alias, *target, to) for target in targets]
+        done = [_raise_row(spec, alias, *target) for target in targets]
     log.warning(
         "Sequence %r raised on database %r so its next leases start at %s or above: %s.",
         spec.name,
@@ -558,9 +558,7 @@ def _check_raise(spec: SequenceSpec, row: Any, target: int, to: int, n: int, sha
     Segment.objects.check_value(row, target)  # max_value
 
 
-def _raise_row(
-    spec: SequenceSpec, alias: str, key: str, target: int, n: int, shard: int, to: int
-) -> Raised:
+def _raise_row(spec: SequenceSpec, alias: str, key: str, target: int, n: int, shard: int) -> Raised:
     """Raise one row in the caller's transaction, reading it again after each lost race."""
     before: int | None = None
     for attempt in range(1, RAISE_ATTEMPTS + 1):

@@ -84,11 +84,8 @@ def check_value(row: Row, new: int, version: int | None = None) -> None:
 
 
 def raise_value(model: RowModel, row: Row, new: int, version: int) -> None:
-    """Raise counter row ``row`` to ``new`` if :func:`check_value` allows it and the row is
-    still at ``version``: one ``UPDATE … SET value = %s, version = version + 1 WHERE key = %s
-    AND version = %s``, on the row's database in the caller's transaction, so a lease taken
-    since ``version`` was read makes it write nothing. Then ``row`` is read again and
-    :class:`InvalidDefinition` (``field="version"``) says where the row is now."""
+    """:meth:`SegmentManager.raise_value
+    <django_sequences.managers.SegmentManager.raise_value>`."""
     check_value(row, new, version)
     changed = (
         model.objects.using(row._state.db)
