@@ -11,8 +11,7 @@ A process claims a worker id of a *namespace* (the sequence name), 0 … ``max_w
 * **renew**: only while the row is still ours (``owner_uuid`` matches and ``version`` is the one
   we wrote); it extends ``expires_at`` and writes ``last_timestamp`` ahead (see
   ``core/ticks.py``). A heartbeat thread renews every ``WORKER_HEARTBEAT`` seconds.
-* **release** on a clean exit (``atexit``, and multiprocessing's exit for forked children),
-  only if still ours, recording the last tick really used.
+* **release** on a clean exit, only if still ours, recording the last tick really used.
 
 Here:
 
@@ -25,11 +24,8 @@ Here:
   claim TTL before anything of it is handed out; with the statements the database store runs
   on the private connection.
 
-The pure side is ``core/workers.py``: one heartbeat thread per process, a daemon started on
-first use, renews every generator that holds a claim. After ``fork()`` the child starts with
-no claim and a new owner uuid: it acquires its own id (I3), never its parent's, and never
-releases its parent's. A generator holds its claim through a
-:class:`~django_sequences.core.workers.WorkerSlot` over either store (:func:`slot_for`).
+The pure side, :class:`~django_sequences.core.workers.WorkerSlot` (a generator's claim, over
+either store: :func:`slot_for`) and the heartbeat that renews it, is ``core/workers.py``.
 """
 
 from __future__ import annotations
