@@ -84,7 +84,16 @@ def increment(
     sequence: str | None = None,
     gapless: bool = False,
 ) -> tuple[int, int]:
-    """:meth:`SegmentManager.increment <django_sequences.managers.SegmentManager.increment>`."""
+    """Take the next ``count`` values of counter row ``key`` in one atomic statement (strict
+    order): ``UPDATE … RETURNING`` (PostgreSQL, SQLite) or ``LAST_INSERT_ID(value + n)``
+    (MariaDB/MySQL), so concurrent callers queue on the row lock and values come out strictly
+    increasing across processes. Near ``max_value``, on a wrap, or for a missing row it falls
+    back to :func:`lease` (which may return fewer than ``count`` values at the limit).
+
+    ``gapless=False``: on the private connection, committed at once. ``gapless=True``: on the
+    caller's connection, inside the caller's transaction: a rollback gives the values back,
+    and the row stays locked until the caller commits.
+    """
     _check_key(key)
     check_count(count, BIGINT_MAX)
     alias = resolve_alias(using)
