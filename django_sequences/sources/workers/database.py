@@ -1,5 +1,5 @@
-"""Worker-id claims in the database: :class:`WorkerClaimManager` (the manager of
-:class:`~django_sequences.models.WorkerLease` rows) and :class:`DatabaseWorkerStore`
+"""Worker-id claims in the database: :class:`WorkerClaimManager`, the manager of
+:class:`~django_sequences.models.WorkerLease` rows and, bound to an alias, the database store
 (``worker_store="database"``); what a claim is, in ``sources/workers/__init__.py``. The writer
 guard's fence and the statements run on the private connection are in ``guard.py``.
 """
@@ -36,12 +36,6 @@ from .guard import (
     renew_fenced,
     update_rows,
 )
-
-#: The worker-claim model is handed in by the manager (``self.model``): the store names no
-#: model.
-ClaimModel = type[Any]
-Claim = Any
-
 
 _HOST = socket.gethostname()[:255]
 
@@ -183,7 +177,7 @@ class WorkerClaimManager(models.Manager[Any]):
         for worker_id in range(max_worker + 1) if fenced is None else ():
             if worker_id in held:
                 continue
-            claim: Claim = self.model(
+            claim = self.model(
                 namespace=namespace, worker_id=worker_id, last_timestamp=ahead, version=1, **fields
             )
             try:

@@ -68,7 +68,6 @@ from ..connections import select
 
 #: The worker-claim model is handed in by the manager: the store names no model.
 ClaimModel = type[Any]
-Claim = Any
 
 
 log = logging.getLogger("django_sequences.workers")
