@@ -25,19 +25,13 @@ Here:
   on the private connection.
 
 The pure side, :class:`~django_sequences.core.workers.WorkerSlot` (a generator's claim, over
-either store: :func:`slot_for`) and the heartbeat that renews it, is ``core/workers.py``.
+either store, made by ``strategies/timebased.py``) and the heartbeat that renews it, is
+``core/workers.py``.
 """
 
 from __future__ import annotations
 
-from typing import cast
-
-from django.apps import apps
-
-from ...conf import app_settings
-from ...core.clock import SYSTEM_CLOCK, Clock
-from ...core.workers import StoreGrant, WorkerSlot, WorkerStore, shutdown
-from ..redis import connection
+from ...core.workers import StoreGrant, shutdown
 from .database import WorkerClaimManager
 from .guard import FENCE_MISSING_IDS, db_now
 from .redis import RedisWorkerStore
@@ -49,34 +43,4 @@ __all__ = [
     "WorkerClaimManager",
     "db_now",
     "shutdown",
-    "slot_for",
 ]
-
-
-def slot_for(
-    namespace: str,
-    max_worker: int,
-    *,
-    store: str,
-    alias: str,
-    redis_alias: str | None,
-    clock: Clock = SYSTEM_CLOCK,
-    unit_ns: int | None = None,
-) -> WorkerSlot:
-    """A new slot on the database store of ``alias`` or the Redis store of ``redis_alias``;
-    ``unit_ns``: its ticks' unit (None: told by their size)."""
-    backend: WorkerStore
-    if store == "redis":
-        backend = RedisWorkerStore(connection.resolve_alias(redis_alias))
-    else:
-        # the model by name: the stores import no model (the app registry is ready by now)
-        model = apps.get_model("django_sequences", "WorkerLease")
-        backend = cast(WorkerClaimManager, model.objects).db_manager(alias)
-    return WorkerSlot(
-        namespace,
-        max_worker,
-        backend,
-        ttl=app_settings.WORKER_CLAIM_TTL,
-        clock=clock,
-        unit_ns=unit_ns,
-    )
