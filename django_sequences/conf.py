@@ -39,7 +39,7 @@ DEFAULTS: dict[str, Any] = {
     # Database alias holding definitions and counter rows; None: the router's choice for
     # writes of Segment, else "default".
     "DATABASE": None,
-    # A definition without a step: its step (the Segment row's); a plain segment sequence
+    # A definition without a step: its step (the counter row's); a plain segment sequence
     # (no template) leases adaptively from there up to DEFAULT_MAX_STEP (docs/concepts.md).
     "DEFAULT_STEP": 1000,
     "DEFAULT_MAX_STEP": 1_000_000,
@@ -64,7 +64,7 @@ DEFAULTS: dict[str, Any] = {
     # django-redis cache alias (a key of CACHES) that the redis strategies use, unless a
     # sequence's options["redis_alias"] names another.
     "REDIS_ALIAS": "default",
-    # Worker-id leases (snowflake, timestamp): how long one lasts without renewal, and how often
+    # Worker-id claims (snowflake, timestamp): how long one lasts without renewal, and how often
     # the heartbeat thread renews it (s). The heartbeat must come well inside the TTL.
     "WORKER_CLAIM_TTL": 30.0,
     "WORKER_HEARTBEAT": 10.0,

@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.apps import apps
 from django.db import IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -29,7 +28,7 @@ from .formats import keys as row_keys
 from .formats.obfuscation import new_salt
 
 # the rule of what may change once a series issued (models.py imports the last two from here)
-from .redefinition import check_redefinition
+from .redefinition import app_model, check_redefinition
 from .redefinition import refusals as refusals
 from .sources.callers import in_own_transaction, joins_callers_transaction
 from .sources.connections import insert, on_private, resolve_alias, select
@@ -46,12 +45,6 @@ log = logging.getLogger("django_sequences.series")
 
 #: Where provisioning's update takes a definition from.
 DECLARATION = "its declaration"
-
-
-def _model(name: str) -> Any:
-    """Model ``name`` of this app, by name: the models import this module (a definition's
-    edit is checked here), so it imports none of them."""
-    return apps.get_model("django_sequences", name)
 
 
 def _update_definition(
@@ -245,13 +238,15 @@ def _provision_shard_rows(
     """Create the missing shard rows of ``spec`` (each insert commits on its own; a row another
     process inserted first is not reported); the keys created, or those a dry run would
     create (all of them for a definition not made yet, ``new``)."""
-    segments = _model("Segment")
+    counter_rows = app_model("Segment")
     keys = shard_keys(spec)
     if not keys or (dry_run and new):
         return keys
 
     def write(w: BaseDatabaseWrapper) -> list[str]:
-        have = {k for (k,) in select(w, segments.objects.filter(key__in=keys).values_list("key"))}
+        have = {
+            k for (k,) in select(w, counter_rows.objects.filter(key__in=keys).values_list("key"))
+        }
         missing = [k for k in keys if k not in have]
         if dry_run or not missing:
             return missing
@@ -266,7 +261,7 @@ def _provision_shard_rows(
         made = []
         for key in missing:
             try:
-                insert(w, row_for(segments, w, seq, key))
+                insert(w, row_for(counter_rows, w, seq, key))
             except IntegrityError:  # another process made it first: fine
                 continue
             made.append(key)
@@ -425,7 +420,7 @@ class SequenceManager(models.Manager[Any]):
         would be reset, nothing written). Raises :class:`SequenceNotFound` when ``name`` has
         neither a definition nor marks.
         """
-        segments, marks_model = _model("Segment"), _model("SeriesMark")
+        counter_rows, marks_model = app_model("Segment"), app_model("SeriesMark")
         check_name(name)
         alias = resolve_alias(using)
         with transaction.atomic(using=alias):
@@ -435,7 +430,7 @@ class SequenceManager(models.Manager[Any]):
                 []
                 if found_pk is None
                 else list(
-                    segments.objects.using(alias)
+                    counter_rows.objects.using(alias)
                     .select_for_update()
                     .filter(sequence_id=found_pk)
                     .values_list("pk", "key", "value", "min_value")
@@ -458,7 +453,7 @@ class SequenceManager(models.Manager[Any]):
             out.sort(key=lambda r: r.key)
             if dry_run or not out:
                 return out
-            segments.objects.using(alias).filter(pk__in=[r[0] for r in rows]).update(
+            counter_rows.objects.using(alias).filter(pk__in=[r[0] for r in rows]).update(
                 value=models.F("min_value") - 1, version=models.F("version") + 1
             )
             marks_model.objects.using(alias).filter(sequence=name).delete()
@@ -531,7 +526,7 @@ class SequenceManager(models.Manager[Any]):
             seq.pk = None  # a retry after a lost connection starts over
             seq.key_salt = marked_salt(w, name, new_salt())
             insert(w, seq)
-            insert(w, row_for(_model("Segment"), w, seq, name))
+            insert(w, row_for(app_model("Segment"), w, seq, name))
 
         try:
             in_own_transaction(alias, name, write)
@@ -597,7 +592,7 @@ class SequenceManager(models.Manager[Any]):
         drift = drift_of(stored, wanted)
         if drift:
             with transaction.atomic(using=alias):  # the definition and its rows' bounds, or neither
-                _model("Segment").objects.lock_rows(
+                app_model("Segment").objects.lock_rows(
                     using=alias, sequence=stored.name
                 )  # leases wait
                 _update_definition(

@@ -298,7 +298,7 @@ def next_values(
 
 async def anext_value(name: str, *, key: str | None = None, using: str | None = None) -> int:
     """:func:`next_value` for async code. Served on the event loop when the value is in
-    memory already (a segment's current or prefetched range); anything that may wait on a
+    memory already (a segment generator's current or prefetched range); anything that may wait on a
     store (building the generator, a lease, a round trip) runs in a thread."""
     if key is None:
         gen = cached(name, using)

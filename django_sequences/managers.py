@@ -1,24 +1,24 @@
 """The counter rows' manager (``Segment.objects``): leasing ranges of counter rows, locking
-them, the set-value rule, pruning old periods. The counter-row store
-(:mod:`django_sequences.sources.rows`) does the work, handed this manager's model. Every lease
-goes through the process's private connection (:mod:`django_sequences.sources.connections`), so
-it commits on its own whatever transaction the caller is in (invariant I2). The sequences'
-manager is :class:`django_sequences.definitions.SequenceManager`.
+them, the set-value rule, pruning old periods. Leases are the counter-row store's work
+(:mod:`django_sequences.sources.rows`, handed this manager's model); every lease goes through
+the process's private connection (:mod:`django_sequences.sources.connections`), so it commits
+on its own whatever transaction the caller is in (invariant I2). The sequences' manager is
+:class:`django_sequences.definitions.SequenceManager`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
 
-from .sources import rowedits, rows
-
-if TYPE_CHECKING:
-    pass
+from .exceptions import InvalidCount, InvalidDefinition
+from .sources import rows
+from .sources.connections import resolve_alias
 
 
 class SegmentManager(models.Manager[Any]):
@@ -40,9 +40,23 @@ class SegmentManager(models.Manager[Any]):
         finished period used again (a clock error, a process that issued late) resumes above
         its last value rather than repeating its numbers (invariant I7).
         """
-        return rowedits.prune_periods(
-            self.model, name, keep=keep, idle=idle, using=using, dry_run=dry_run
+        if keep < 1:
+            raise InvalidCount(f"keep must be at least 1; got {keep}.")
+        alias = resolve_alias(using)
+        prefix = f"{name}:"
+        qs = self.using(alias)
+        found = list(qs.filter(key__startswith=prefix).values_list("pk", "key", "updated_at"))
+        periods = sorted(
+            (key[len(prefix) :], pk, key, at)
+            for pk, key, at in found
+            # exact: SQLite's LIKE ignores ASCII case, so "PP:…" rows match "pp:" there
+            if key.startswith(prefix) and key[len(prefix) :].isdigit()
         )
+        cutoff = timezone.now() - idle
+        doomed = [(pk, key) for _stamp, pk, key, at in periods[:-keep] if at < cutoff]
+        if doomed and not dry_run:
+            qs.filter(pk__in=[pk for pk, _key in doomed]).delete()
+        return [key for _pk, key in doomed]
 
     def lease(
         self,
@@ -86,13 +100,35 @@ class SegmentManager(models.Manager[Any]):
         it is missing (from the definition's bounds, above a deleted row's mark)."""
         rows.create_missing_row(self.model, w, key, name)
 
-    def check_value(self, row: Any, new: int, version: int | None = None) -> None:
-        """Raise :class:`InvalidDefinition` (``field`` ``"value"`` or ``"version"``) unless
-        counter row ``row`` may be raised to ``new`` by :meth:`raise_value`: never lower (every
-        value up to the current one may have been issued), never to where it is, never above
-        its ``max_value``; ``version``, the row's version when ``new`` was chosen, must still be
-        the row's (a lease taken since then refuses it too)."""
-        rowedits.check_value(row, new, version)
+    @staticmethod
+    def check_value(row: Any, new: int, version: int | None = None) -> None:
+        """Raise :class:`InvalidDefinition` unless counter row ``row`` (as read) may be raised to
+        ``new``: never lower (every value up to the current one may have been issued), never to
+        where it is, never above ``max_value``; ``version``, the row's version when ``new`` was
+        chosen, must still be the row's (a lease taken since then refuses it too)."""
+        if new < row.value:
+            raise InvalidDefinition(
+                f"Refused: {new} is below the last leased value {row.value} of row {row.key!r}. "
+                f"Values up to {row.value} may have been issued, so lowering the row would issue "
+                f"them again: a row's value can only be raised.",
+                field="value",
+            )
+        if new == row.value:
+            raise InvalidDefinition(
+                f"Row {row.key!r} is at {new} already: nothing to change.", field="value"
+            )
+        if new > row.max_value:
+            raise InvalidDefinition(
+                f"{new} is above the row's max_value {row.max_value}; raise max_value of the "
+                f"sequence first.",
+                field="value",
+            )
+        if version is not None and version != row.version:
+            raise InvalidDefinition(
+                f"Row {row.key!r} was leased meanwhile (version {version}, now {row.version}): "
+                f"nothing was written. Choose the new value again.",
+                field="version",
+            )
 
     def raise_value(self, row: Any, new: int, version: int) -> None:
         """Raise counter row ``row`` to ``new`` (a gap: the values between are never issued),
@@ -100,4 +136,17 @@ class SegmentManager(models.Manager[Any]):
         caller's transaction (``UPDATE … SET value = %s, version = version + 1 WHERE key = %s
         AND version = %s``): a lease taken since ``version`` was read makes it write nothing,
         read ``row`` again and raise :class:`InvalidDefinition` (``field="version"``)."""
-        rowedits.raise_value(self.model, row, new, version)
+        self.check_value(row, new, version)
+        changed = (
+            self.using(row._state.db)
+            .filter(key=row.key, version=version, value__lt=new)
+            .update(value=new, version=models.F("version") + 1, updated_at=timezone.now())
+        )
+        if changed == 1:
+            return
+        row.refresh_from_db()
+        raise InvalidDefinition(
+            f"Row {row.key!r} changed while its value was being raised (a lease): nothing was "
+            f"written. It is at {row.value} now; choose the new value again.",
+            field="version",
+        )

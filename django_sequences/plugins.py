@@ -166,7 +166,7 @@ class IssueLog(BasePlugin):
     """Writes every issued value (and number) with its time to
     :class:`~django_sequences.models.IssuedNumber` (a ``generate_time`` record, for audits).
 
-    Rows are written on the private lease connection in one INSERT per call, committed
+    Rows are written on the private connection in one INSERT per call, committed
     whatever the caller's transaction does: a number handed out is logged even if the caller
     rolls back (it stays issued: a gap, never reused). Writing costs a database round trip
     per call, so log the sequences that need it (``"sequences": [...]``). A failed write is

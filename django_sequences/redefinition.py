@@ -64,9 +64,9 @@ ROW_STRATEGIES = frozenset({"segment", "strict", "redis", "redis_segment"})
 _GROWABLE_MODES = ("decimal", "radix")
 
 
-def _model(name: str) -> Any:
-    """Model ``name`` of this app, by name: the models import this module through
-    ``definitions`` (an edit is checked with it), so it imports none of them."""
+def app_model(name: str) -> Any:
+    """Model ``name`` of this app, by name: the models import this module and ``definitions``
+    (an edit is checked with them), so neither imports any of them."""
     return apps.get_model("django_sequences", name)
 
 
@@ -74,22 +74,16 @@ def issued_up_to(name: str, *, using: str | None = None) -> int | None:
     """The largest value counter rows of sequence ``name`` leased (its live rows and the marks
     of its deleted ones), or None if they never leased one."""
     alias = resolve_alias(using)
-    leased = _model("Segment").objects.using(alias).filter(sequence__name=name, version__gt=0)
+    leased = app_model("Segment").objects.using(alias).filter(sequence__name=name, version__gt=0)
     high = leased.aggregate(v=Max("value"))["v"]
     mark = (
-        _model("SeriesMark")
+        app_model("SeriesMark")
         .objects.using(alias)
         .filter(sequence=name)
         .aggregate(v=Max("value"))["v"]
     )
     found = [v for v in (high, mark) if v is not None]
     return max(found) if found else None
-
-
-def has_issued(spec: SequenceSpec, *, using: str | None = None) -> bool:
-    """Whether sequence ``spec`` may have issued a value: its counter rows (or the marks of
-    deleted ones) leased one; strategies that count no rows are assumed to have."""
-    return spec.strategy not in ROW_STRATEGIES or issued_up_to(spec.name, using=using) is not None
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ def heartbeat() -> list[dict[str, Any]]:
     extends twice."""
     from .ops import maintenance  # it imports models; the Celery app imports tasks before setup()
 
-    return [asdict(r) for r in maintenance.renew_worker_leases()]
+    return [asdict(r) for r in maintenance.renew_worker_claims()]
 
 
 @_task(REAP)

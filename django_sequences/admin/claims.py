@@ -32,7 +32,7 @@ def claim_holder(claim: WorkerLease, now: datetime | None = None) -> str:
         fenced = bool(claim.writer) and claim.renewed_at is None
         if fenced and until is not None and until > (now or timezone.now()):
             # the writer guard's fence (sources/workers/guard.py): nobody may take it until then
-            return str(_("fenced after a failover until %(until)s")) % {
+            return str(_("fenced after a promotion until %(until)s")) % {
                 "until": f"{until:%Y-%m-%d %H:%M:%S}"
             }
         return str(_("free"))

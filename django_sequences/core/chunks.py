@@ -36,7 +36,7 @@ past its window and does nothing, or finds it gone and makes it from a window no
 had. Moving only forward is for order: chunks come out increasing, so each process's values
 increase; uniqueness does not rest on it.
 
-Failover (invariant I11, ``sources/writers.py``). Redis replicates asynchronously: a replica
+Promotions (invariant I11, ``sources/writers.py``). Redis replicates asynchronously: a replica
 promoted after its master died holds the hash as of some time before, its ``cur`` *behind*
 chunks the old master handed out already, and ``(cur, max]`` would hand them out again. So the
 hash records the server that last moved it (``w``: its ``master_replid``; a promoted replica
@@ -45,13 +45,13 @@ command again to the new master without an error reaching us). With the guard on
 (``DJANGO_SEQUENCES["WRITER_GUARD"]``), a hash whose writer is not the server answering
 counts as lost: ``take`` answers "missing" and takes nothing, and the next ``extend`` drops
 what the hash held and writes its fresh window in its place. That is the lost-hash case above:
-no margin is needed, because the fresh window was leased from the row *after* the failover, and
+no margin is needed, because the fresh window was leased from the row *after* the promotion, and
 the row (in the database, committed before each window was written to Redis) is at or above
 every window the old master ever held. A hash with no ``w`` (written by the previous release)
-is replaced the same way. The store reports the move once per hash and failover: the process
+is replaced the same way. The store reports the move once per hash and promotion: the process
 whose ``extend`` replaced it calls ``writers.record_jump``. Not covered: two masters writing at
 once (a split brain: the old master still takes writes from clients that have not moved), where
-the old one's chunks come from windows it held before the failover and the new one's from fresh
+the old one's chunks come from windows it held before the promotion and the new one's from fresh
 windows, but a process still on the old master refills it from the row too, appending windows
 the new master may also get; run Sentinel with ``min-replicas-to-write`` so an isolated master
 stops taking writes.
@@ -70,7 +70,7 @@ both         in-process chunks only, then ``BackendUnavailable``
 ===========  ======================================================================
 
 Commands sent twice: redis-py (6 and later, by default) sends a command again on a new
-connection after a timeout, which may reach another server after a failover, or the same one
+connection after a timeout, which may reach another server after a promotion, or the same one
 after a restart. A ``take`` sent twice takes two chunks (a gap). An ``extend`` carries the
 writer its process's ``take`` (or read of the window) found, and writes nothing on another
 server, so a window goes to one server at most. Not covered: an ``extend`` sent twice to the

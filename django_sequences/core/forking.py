@@ -22,8 +22,6 @@ class ForkAware(Protocol):
 _objects: weakref.WeakSet[ForkAware] = weakref.WeakSet()
 _hook_installed = False
 _install_lock = threading.Lock()
-#: Bumped in every child; code that caches per-process state can compare it cheaply.
-generation = 0
 
 
 #: Module-level resets (new locks for module-level locks), kept for the life of the process.
@@ -53,8 +51,7 @@ def on_fork(fn: Callable[[], None]) -> None:
 
 
 def _reset_in_child() -> None:
-    global generation, _install_lock
-    generation += 1
+    global _install_lock
     # The child is single-threaded here; a lock some parent thread held is replaced, not waited on.
     _install_lock = threading.Lock()
     for fn in list(_callbacks):

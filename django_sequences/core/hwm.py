@@ -6,7 +6,7 @@ and a batch of n is one ``INCRBY n`` returned as a range. (The Redis store runs 
 of one value or a batch, in one script that refuses to pass ``max_value`` and compares the
 counter's writer with the server's, see ``sources/redis/counters.py``.) The counter lives in a store
 that may lose it (Redis without persistence: a restart, ``FLUSHALL``, eviction, expiry) or,
-after a failover, hold it at an older value (below). What makes that loss harmless is a
+after a promotion, hold it at an older value (below). What makes that loss harmless is a
 **high-water mark (hwm)** kept in the database *ahead of use*: the sequence's counter row ``R``
 (its ``value`` column), raised only by leases of windows (``Segment.objects.lease(key,
 window)``), each committed before it returns. Without ``cycle`` (refused for this strategy)
@@ -19,7 +19,7 @@ the ``install`` that creates the counter and ends when the key is lost. ``h`` is
 A key is *lost* when it is missing, when it holds what the store cannot take for a live counter
 of its own (the Redis store: the previous release's format, or a positive number), or, with the
 writer guard on, when it was last moved by another *writer* than the server answering now (a
-failover: see below); an increment of a lost key issues nothing and answers ``MISSING``, and a
+promotion: see below); an increment of a lost key issues nothing and answers ``MISSING``, and a
 claim writes over it as over a missing key.
 
 The rules
@@ -71,7 +71,7 @@ The cases the argument covers, spelled out:
   argument holds per key. A period key expires two periods after its install; a later use of
   the same stamp (the clock went back) is just a lost key.
 
-*A failover to a lagging replica* (invariant I11). Redis replicates asynchronously, so a
+*A promotion of a lagging replica* (invariant I11). Redis replicates asynchronously, so a
 promoted replica holds the key as of some moment before its master died: *older*, not lost,
 and incrementing it would issue again what the old master issued. Every key records its writer
 ``w`` (the server's ``master_replid``, which a promotion renews), written by the claim and the
@@ -79,11 +79,11 @@ install, and each script compares it with the server running it (``me``) in the 
 step as it moves the key. With the guard on: (a) an increment of a key with ``w != me`` answers
 ``MISSING`` and changes nothing; (b) a claim writes over such a key (and records ``w = me``);
 (c) an install succeeds only over its own claim *with* ``w = me``. So the new writer's first
-epoch starts with an install whose claim was written on the new writer, after the failover,
-and whose lease began after that claim: ``b' = R(lease) >= R(failover)``. Every value ``v`` the
+epoch starts with an install whose claim was written on the new writer, after the promotion,
+and whose lease began after that claim: ``b' = R(lease) >= R(promotion)``. Every value ``v`` the
 old writer issued satisfies ``v <= h`` with ``h`` committed before its ``INCRBY``, which ran
-before the failover; ``R`` never goes down, so ``v <= R(failover) <= b' < u`` for every value
-``u`` of the new epoch: the argument across epochs above, with the failover as the end of the
+before the promotion; ``R`` never goes down, so ``v <= R(promotion) <= b' < u`` for every value
+``u`` of the new epoch: the argument across epochs above, with the promotion as the end of the
 old writer's epochs. No margin is needed: ``R`` is persisted ahead. Commands that redis-py sends
 again on a new connection (a retry after a timeout) may run on both servers: an increment
 sent again finds the key lost (a gap); an install sent again finds no claim of its own by this

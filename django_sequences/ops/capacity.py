@@ -246,7 +246,7 @@ def compute(
             warning = None
             if fraction >= limit:
                 warning = (
-                    f"Sequence {name!r}: {used:,} of its {ids:,} worker ids are leased "
+                    f"Sequence {name!r}: {used:,} of its {ids:,} worker ids are claimed "
                     f"({_percent(fraction)}); a process past the last one cannot issue. {advice}"
                 )
             found.append(

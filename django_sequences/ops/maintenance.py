@@ -1,6 +1,6 @@
 """Work done ahead of time or on a schedule, outside any caller's request: pre-warming the
 shared Redis windows and the next period's counter rows, the statistics snapshot, and one
-synchronous renewal pass of this process's worker leases; and raising a counter (an operator's
+synchronous renewal pass of this process's worker-id claims; and raising a counter (an operator's
 one-off, ``sequences_raise``); the expiry of reservations is the reservations' own
 (:func:`~django_sequences.reservations.expiry.expire_reservations`, imported here, its
 documented path). ``tasks.py`` wraps the periodic ones in Celery tasks, and the
@@ -64,7 +64,7 @@ class WindowRefill:
     last: int
     outcome: str
     """``core.chunks.OUTCOMES``: created, appended, jumped, stale, or replaced (the hash was
-    last written by another Redis master: a failover; the writer guard wrote this window
+    last written by another Redis master: a promotion; the writer guard wrote this window
     over it)."""
     room_before: int
 
@@ -268,35 +268,35 @@ def _epoch(now: datetime | float | None) -> float:
     return float(now)
 
 
-# --- worker leases ---------------------------------------------------------------------------
+# --- worker-id claims ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Renewed:
-    """What :func:`renew_worker_leases` did with one lease of this process."""
+    """What :func:`renew_worker_claims` did with one claim of this process."""
 
     sequence: str
     worker_id: int
     renewed: bool
-    """The lease was renewed (False: the store was unreachable, or the lease was lost)."""
+    """The claim was renewed (False: the store was unreachable, or the claim was lost)."""
     held: bool
     """This process still holds it (False: another process took it over after it expired)."""
     persisted_until: int | None
-    """The tick the lease's ``last_timestamp`` holds now: the high-water mark of the ticks
+    """The tick the claim's ``last_timestamp`` holds now: the high-water mark of the ticks
     this process may use (None when no longer held)."""
 
 
-def renew_worker_leases() -> list[Renewed]:
-    """Renew, now and on this thread, every worker lease this process holds (snowflake and
+def renew_worker_claims() -> list[Renewed]:
+    """Renew, now and on this thread, every worker-id claim this process holds (snowflake and
     timestamp generators with ``counter="local"``): what the heartbeat thread does each
-    ``WORKER_HEARTBEAT`` seconds, once. Each renewal extends the lease and persists the
-    generator's bound ahead of its clock (``last_timestamp``). A process that holds no lease
+    ``WORKER_HEARTBEAT`` seconds, once. Each renewal extends the claim and persists the
+    generator's bound ahead of its clock (``last_timestamp``). A process that holds no claim
     does nothing (nothing is started).
 
     Safe twice, and twice at once (with the heartbeat thread too): a generator renews under
-    its own I/O lock, so renewals of one lease never overlap; each renewal is a conditional
+    its own I/O lock, so renewals of one claim never overlap; each renewal is a conditional
     write on the owner and the version this process wrote last, and the bound written only
-    ever goes up. Renewing a lease twice just extends it twice. A lease found taken over is
+    ever goes up. Renewing a claim twice just extends it twice. A claim found taken over is
     dropped exactly as the heartbeat would drop it (the generator acquires another id before
     it issues again).
     """
@@ -314,6 +314,10 @@ def renew_worker_leases() -> list[Renewed]:
         bound = gen.status().details.get("persisted_until") if held else None
         out.append(Renewed(gen.name, before, gen._renewals > renewals, held, bound))
     return out
+
+
+#: The name from before worker ids were claimed (docs/celery.md names it); kept for callers.
+renew_worker_leases = renew_worker_claims
 
 
 # --- one periodic run, as the Celery tasks and the commands do it ---------------------------
@@ -475,7 +479,7 @@ def raise_counter(
         on_private(alias, name, make)
     with transaction.atomic(using=alias):
         Segment.objects.lock_rows(using=alias, keys=keys)  # leases wait until it commits
-        done = [_raise_row(spec, alias, *target, to) for target in targets]
+        done = [_raise_row(spec, alias, *target) for target in targets]
     log.warning(
         "Sequence %r raised on database %r so its next leases start at %s or above: %s.",
         spec.name,
@@ -554,9 +558,7 @@ def _check_raise(spec: SequenceSpec, row: Any, target: int, to: int, n: int, sha
     Segment.objects.check_value(row, target)  # max_value
 
 
-def _raise_row(
-    spec: SequenceSpec, alias: str, key: str, target: int, n: int, shard: int, to: int
-) -> Raised:
+def _raise_row(spec: SequenceSpec, alias: str, key: str, target: int, n: int, shard: int) -> Raised:
     """Raise one row in the caller's transaction, reading it again after each lost race."""
     before: int | None = None
     for attempt in range(1, RAISE_ATTEMPTS + 1):

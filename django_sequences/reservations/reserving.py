@@ -85,9 +85,8 @@ def reserve_number(
     alias = resolve_alias(using)
     now = timezone.now()
     expires = now + timedelta(seconds=seconds)
-    row, joined = writes.reserve(
-        alias, spec.name, key, now, expires, who, render, spec.voided == "reuse"
-    )
+    ask = writes.Ask(spec.name, key, now, expires, who, render)
+    row, joined = writes.reserve(alias, ask, spec.voided == "reuse")
     return of_row(row, alias, joined)
 
 

@@ -19,6 +19,7 @@ returns the reservation row and whether it was written there.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -38,67 +39,62 @@ FIELDS: tuple[str, ...] = ("id", "sequence", "key", "value", "number", "state", 
 FIELDS += ("reserved_at", "expires_at", "attempt", "token_id", "label")
 
 
-def reserve(
-    alias: str,
-    name: str,
-    key: str,
-    now: datetime,
-    expires: datetime,
-    who: dict[str, Any],
-    render: Callable[[int], str],
-    reuse: bool,
-) -> tuple[Any, bool]:
-    """A reservation row of counter row ``key`` of sequence ``name``: with ``reuse``, the
-    lowest voided or expired one claimed again, else (or when there is none) a fresh value;
-    and whether it was written in the caller's transaction (SQLite only, see above)."""
+@dataclass(frozen=True)
+class Ask:
+    """One reservation asked for: counter row ``key`` of sequence ``name``, reserved at ``now``
+    until ``expires`` by ``who`` (actor, label, token_id), its number rendered by ``render``."""
+
+    name: str
+    key: str
+    now: datetime
+    expires: datetime
+    who: dict[str, Any]
+    render: Callable[[int], str]
+
+
+def reserve(alias: str, ask: Ask, reuse: bool) -> tuple[Any, bool]:
+    """A reservation row for ``ask``: with ``reuse``, the lowest voided or expired one of its
+    counter row claimed again, else (or when there is none) a fresh value; and whether it was
+    written in the caller's transaction (SQLite only, see above)."""
     if joins_callers_transaction(alias):
-        return _reserve_on_sqlite(alias, name, key, now, expires, who, render, reuse)
+        return _reserve_on_sqlite(alias, ask, reuse)
     if reuse:
-        claimed = _claim(alias, name, key, now, expires, who)
+        claimed = _claim(alias, ask)
         if claimed is not None:
             return claimed, False
-    return _fresh(alias, name, key, now, expires, who, render), False
+    return _fresh(alias, ask), False
 
 
-def _values(
-    name: str, key: str, now: datetime, expires: datetime, who: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def _values(ask: Ask) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields of a fresh reservation row and of its first event."""
     values = {
-        "sequence": name,
-        "key": key,
+        "sequence": ask.name,
+        "key": ask.key,
         "state": "reserved",
-        "reserved_at": now,
-        "expires_at": expires,
+        "reserved_at": ask.now,
+        "expires_at": ask.expires,
         "settled_at": None,
         "reason": "",
         "attempt": 1,
-        **who,  # actor, label, token_id
+        **ask.who,  # actor, label, token_id
     }
-    event = {"attempt": 1, "state": "reserved", "at": now, "reason": ""}
-    event.update(actor=who["actor"], label=who["label"])
+    event = {"attempt": 1, "state": "reserved", "at": ask.now, "reason": ""}
+    event.update(actor=ask.who["actor"], label=ask.who["label"])
     return values, event
 
 
-def _fresh(
-    alias: str,
-    name: str,
-    key: str,
-    now: datetime,
-    expires: datetime,
-    who: dict[str, Any],
-    render: Callable[[int], str],
-) -> Any:
+def _fresh(alias: str, ask: Ask) -> Any:
     """A new value from counter row ``key`` and its reservation: on PostgreSQL in two round
     trips with the counter row locked inside the server only (:mod:`.sql`), else
     (or when the row must go the long way) in one transaction."""
+    key = ask.key
     if (alias, key) not in _rows_made:
-        on_private(alias, key, lambda w: ensure_row(w, key, name))
+        on_private(alias, key, lambda w: ensure_row(w, key, ask.name))
         _rows_made.add((alias, key))
-    values, event = _values(name, key, now, expires, who)
+    values, event = _values(ask)
 
     def one_trip(w: BaseDatabaseWrapper) -> Any:
-        fresh = sql.Fresh(key, values, event, render)
+        fresh = sql.Fresh(key, values, event, ask.render)
         got = sql.reserve(
             w, fresh, counter=Segment, reservation=Reservation, event=ReservationEvent
         )
@@ -110,26 +106,18 @@ def _fresh(
     fast = on_private(alias, key, one_trip)
     if fast is not None:
         return fast
-    made = in_transaction(
-        alias, key, lambda w: _fresh_in(w, name, key, values, render), retry_none=True
-    )
+    made = in_transaction(alias, key, lambda w: _fresh_in(w, ask, values), retry_none=True)
     assert made is not None  # (retry_none: a None is retried, never returned)
     return made
 
 
-def _fresh_in(
-    w: BaseDatabaseWrapper,
-    name: str,
-    key: str,
-    values: dict[str, Any],
-    render: Callable[[int], str],
-) -> Any:
+def _fresh_in(w: BaseDatabaseWrapper, ask: Ask, values: dict[str, Any]) -> Any:
     """The increment, the reservation row and its event in the transaction open on ``w``; None
     when the optimistic fallback lost a race (roll back, try again)."""
-    taken = rows.increment_in(Segment, w, key, 1, name)
+    taken = rows.increment_in(Segment, w, ask.key, 1, ask.name)
     if taken is None:
         return None
-    row = Reservation(value=taken[0], number=render(taken[0]), **values)
+    row = Reservation(value=taken[0], number=ask.render(taken[0]), **values)
     insert(w, row)
     event(w, row.pk, 1, "reserved", values["reserved_at"], values["actor"], "", values["label"])
     return row
@@ -148,70 +136,58 @@ def ensure_row(w: BaseDatabaseWrapper, key: str, name: str) -> None:
         rows.create_missing_row(Segment, w, key, name)
 
 
-def _reserve_on_sqlite(
-    alias: str,
-    name: str,
-    key: str,
-    now: datetime,
-    expires: datetime,
-    who: dict[str, Any],
-    render: Callable[[int], str],
-    reuse: bool,
-) -> tuple[Any, bool]:
+def _reserve_on_sqlite(alias: str, ask: Ask, reuse: bool) -> tuple[Any, bool]:
     """SQLite inside the caller's ``atomic()``: everything in one transaction, on the private
     connection when the write lock is free now, else in a savepoint of the caller's (whose
     connection then does the reads too: it sees its own rows, and SQLite's shared-cache
     databases refuse another connection's read of a table the caller wrote). The counter row
     is looked for each time: one made in the caller's transaction goes with its rollback."""
-    values, _event = _values(name, key, now, expires, who)
+    values, _event = _values(ask)
 
     def whole(w: BaseDatabaseWrapper) -> Any:
-        ensure_row(w, key, name)
+        ensure_row(w, ask.key, ask.name)
         if reuse:
             for _ in range(CLAIM_TRIES):
-                candidates = _candidates(w, name, key, now)
+                candidates = _candidates(w, ask)
                 if not candidates:
                     break
                 for pk, state, attempt, _value in candidates:
-                    won = _claimer(pk, state, attempt, now, expires, who)(w)
+                    won = _claimer(pk, state, attempt, ask)(w)
                     if won is not None:
                         return won
-        return _fresh_in(w, name, key, values, render)
+        return _fresh_in(w, ask, values)
 
-    return in_transaction_or_callers(alias, key, whole, retry_none=True)
+    return in_transaction_or_callers(alias, ask.key, whole, retry_none=True)
 
 
-def _candidates(w: BaseDatabaseWrapper, name: str, key: str, now: datetime) -> list[Any]:
-    """The lowest few voided, expired or overdue reservations of counter row ``key``."""
-    reusable = Reservation.objects.filter(sequence=name, key=key, state__in=("voided", "expired"))
-    overdue = Reservation.objects.filter(
-        sequence=name, key=key, state="reserved", expires_at__lte=now
-    )
+def _candidates(w: BaseDatabaseWrapper, ask: Ask) -> list[Any]:
+    """The lowest few voided, expired or overdue reservations of the counter row asked for."""
+    mine = Reservation.objects.filter(sequence=ask.name, key=ask.key)
+    reusable = mine.filter(state__in=("voided", "expired"))
+    overdue = mine.filter(state="reserved", expires_at__lte=ask.now)
     fields = ("pk", "state", "attempt")
     a = select(w, reusable.order_by("value").values_list(*fields, "value")[:4])
     b = select(w, overdue.order_by("value").values_list(*fields, "value")[:4])
     return sorted(a + b, key=lambda r: r[3])
 
 
-def _claim(
-    alias: str, name: str, key: str, now: datetime, expires: datetime, who: dict[str, Any]
-) -> Any:
-    """The lowest voided or expired reservation of counter row ``key``, reserved again
+def _claim(alias: str, ask: Ask) -> Any:
+    """The lowest voided or expired reservation of the counter row asked for, reserved again
     (compare-and-set on its state and attempt; a lost race tries the next one), or None."""
     for _ in range(CLAIM_TRIES):
-        candidates = on_private(alias, key, lambda w: _candidates(w, name, key, now))
+        candidates = on_private(alias, ask.key, lambda w: _candidates(w, ask))
         if not candidates:
             return None
         for pk, state, attempt, _value in candidates:
-            won = in_transaction(alias, key, _claimer(pk, state, attempt, now, expires, who))
+            won = in_transaction(alias, ask.key, _claimer(pk, state, attempt, ask))
             if won is not None:
                 return won
     return None
 
 
-def _claimer(
-    pk: int, state: str, attempt: int, now: datetime, expires: datetime, who: dict[str, Any]
-) -> Callable[[BaseDatabaseWrapper], Any]:
+def _claimer(pk: int, state: str, attempt: int, ask: Ask) -> Callable[[BaseDatabaseWrapper], Any]:
+    now, who = ask.now, ask.who
+
     def write(w: BaseDatabaseWrapper) -> Any:
         match = Reservation.objects.filter(pk=pk, state=state, attempt=attempt)
         if state == "reserved":
@@ -222,7 +198,7 @@ def _claimer(
             state="reserved",
             attempt=attempt + 1,
             reserved_at=now,
-            expires_at=expires,
+            expires_at=ask.expires,
             settled_at=None,
             reason="",
             **who,  # the new reservation's actor, label and token

@@ -16,7 +16,7 @@ Tables are created by ``strategies.autoincrement.create_tables()`` (which calls
 ``RunPython`` - never implicitly while issuing.
 
 The writer guard (invariant I11, ``sources/writers.py``). With asynchronous replication a
-failover to a lagging replica loses the old primary's last inserts (and on PostgreSQL the
+promotion of a lagging replica loses the old primary's last inserts (and on PostgreSQL the
 identity sequence's WAL with them): the promoted server's auto-increment counter is behind, and
 ids the old primary issued would be issued again. So on PostgreSQL and MariaDB/MySQL:
 
@@ -33,7 +33,7 @@ ids the old primary issued would be issued again. So on PostgreSQL and MariaDB/M
   (read once per connection).
 - A process remembers per table the identity it checked the table's row against. Before its
   first insert into a table, and after any insert that another server ran, it checks the row
-  (one transaction, the row locked): a row naming another writer means a failover, so the
+  (one transaction, the row locked): a row naming another writer means a promotion, so the
   table's counter moves ahead by ``writers.margin(pace, MARGIN_FLOOR)`` past the highest id the
   new server knows (PostgreSQL: ``setval`` of the sequence; MariaDB/MySQL: an insert at the
   new id, which raises ``AUTO_INCREMENT`` without ``ALTER TABLE``'s implicit commit and
@@ -141,7 +141,7 @@ def make_tables(name: str, tables: list[tuple[str, str]], *, dry_run: bool = Fal
 #: When every table waits for its retry, one is tried anyway at most this often (seconds).
 PROBE_INTERVAL = 1.0
 
-#: Ids a table moves ahead by at least when another server answers (a failover), whatever its
+#: Ids a table moves ahead by at least when another server answers (a promotion), whatever its
 #: recorded pace (a table with no recorded pace yet, or one issuing in bursts between pace
 #: records). Ids are cheap: 2^63 >> table_bits of them per table.
 MARGIN_FLOOR = 1000
@@ -171,7 +171,7 @@ class AutoIncrementGenerator:
 
     ``_lock`` guards the round-robin position and the down-marks, never held during I/O.
     ``_writers`` (one :class:`_TableWriter` per table): the writer guard's state, used
-    under the table's lease connection lock (the module docstring tells the guard).
+    under the table's private-connection lock (the module docstring tells the guard).
     """
 
     strategy = "autoincrement"
@@ -211,7 +211,7 @@ class AutoIncrementGenerator:
         one this generator last checked the table's writer row against (I11).
 
         The identity the row was checked against is read *before* the insert: an insert that
-        another server ran (a failover) therefore always differs from it, even when another
+        another server ran (a promotion) therefore always differs from it, even when another
         thread or process has checked and moved the counter meanwhile; its ids are thrown away,
         the row checked (moving the counter if it names another writer) and the insert run
         again."""
@@ -226,7 +226,7 @@ class AutoIncrementGenerator:
             _count_pace(w, table, state, len(ids))
             if current == known:
                 return ids
-            # Another server ran this insert: a failover (or a pooler moved the session). The
+            # Another server ran this insert: a promotion (or a pooler moved the session). The
             # ids may repeat ids the old server issued: never returned.
             state.identity = None
             seen = max([seen, *ids])
@@ -407,7 +407,7 @@ def _count_pace(w: BaseDatabaseWrapper, table: str, state: _TableWriter, n: int)
 def check_writer(w: BaseDatabaseWrapper, alias: str, table: str, *, seen: int = 0) -> str:
     """Check ``table``'s writer row against the server behind ``w`` (one transaction, the row
     locked; made if missing) and return that server's identity. A row naming another writer
-    means a failover: the table's counter first moves ahead by the row's margin past the
+    means a promotion: the table's counter first moves ahead by the row's margin past the
     highest id the server knows (or ``seen``, an id this process just got from it), and the
     move is logged, counted and signalled. A row naming no writer is adopted as it is."""
     sql = _sql(w)

@@ -8,7 +8,7 @@ copy of that alias's settings (so it follows the test database too), in autocomm
 
 Each alias has a small pool of them (``POOL_SIZE``), opened as threads first find every
 earlier one busy; :func:`on_private` runs a function on the first one no other thread holds,
-so one sequence's slow lease (a lock wait, a worker id being fenced, a cluster node that
+so one sequence's slow round trip (a lock wait, a worker id being fenced, a cluster node that
 stalls) never makes another sequence's callers queue behind it. SQLite writes one
 transaction at a time whatever the connection: there it is always the first. They are marked
 with ``inc_thread_sharing()`` so Django lets any thread use them, stay open between uses
@@ -137,7 +137,7 @@ _fork_hooked = False
 
 def _hold_across_fork() -> None:
     """Once per process (``_by_alias_lock`` held): ``fork()`` waits until no thread is inside
-    a statement on a lease connection, and holds them all while it forks. A child must not
+    a statement on a private connection, and holds them all while it forks. A child must not
     start with a connection caught mid-transaction: SQLite keeps its locks' state per process
     in memory, so a child forked during a lease believed it held a lock the kernel never gave
     it, and its next write waited out the timeout ("database is locked"). The child then
@@ -162,7 +162,7 @@ def _release_all() -> None:
 
 
 def close_all() -> None:
-    """Close every private lease connection of this process (tests, shutdown)."""
+    """Close every private connection of this process (tests, shutdown)."""
     for conn in list(_by_alias.values()):
         conn.discard()
 
@@ -216,8 +216,8 @@ def resolve_alias(using: str | None) -> str:
     alias = app_settings.DATABASE
     if alias is None:
         # the model by name: the stores import no model (the app registry is ready by now)
-        segment = apps.get_model("django_sequences", "Segment")
-        alias = router.db_for_write(segment) or DEFAULT_DB_ALIAS
+        counter_rows = apps.get_model("django_sequences", "Segment")
+        alias = router.db_for_write(counter_rows) or DEFAULT_DB_ALIAS
     return str(alias)
 
 
@@ -260,7 +260,7 @@ def insert_many(w: BaseDatabaseWrapper, objs: list[Any]) -> None:
 def on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
     """Run ``fn`` on a private connection of ``alias``: the first of ``POOL_SIZE`` that no
     other thread holds (when all are busy, wait for one chosen by the thread), so that one
-    sequence's slow lease (a lock wait, a fenced worker id, a node of a cluster that stalls)
+    sequence's slow round trip (a lock wait, a fenced worker id, a node of a cluster that stalls)
     never makes another sequence's callers queue behind it. SQLite writes one transaction at
     a time whatever the connection: there it is always the one private connection.
 

@@ -4,7 +4,7 @@ and the other writes to them (a new row, pruning finished periods, raising a val
 A store: it is handed the counter-row model (``Segment``, by its manager) and imports no model,
 strategy or surface; the definitions model is the one the rows' ``sequence`` key points to,
 and ``SeriesMark`` is named through the app registry. Every lease runs on the process's
-private lease connection (:mod:`.connections`), so it commits on its own whatever transaction
+private connection (:mod:`.connections`), so it commits on its own whatever transaction
 the caller is in (invariant I2); the writer guard (:mod:`.writers`, invariant I11) moves a
 row ahead when another server leased from it last.
 """
@@ -84,7 +84,16 @@ def increment(
     sequence: str | None = None,
     gapless: bool = False,
 ) -> tuple[int, int]:
-    """:meth:`SegmentManager.increment <django_sequences.managers.SegmentManager.increment>`."""
+    """Take the next ``count`` values of counter row ``key`` in one atomic statement (strict
+    order): ``UPDATE … RETURNING`` (PostgreSQL, SQLite) or ``LAST_INSERT_ID(value + n)``
+    (MariaDB/MySQL), so concurrent callers queue on the row lock and values come out strictly
+    increasing across processes. Near ``max_value``, on a wrap, or for a missing row it falls
+    back to :func:`lease` (which may return fewer than ``count`` values at the limit).
+
+    ``gapless=False``: on the private connection, committed at once. ``gapless=True``: on the
+    caller's connection, inside the caller's transaction: a rollback gives the values back,
+    and the row stays locked until the caller commits.
+    """
     _check_key(key)
     check_count(count, BIGINT_MAX)
     alias = resolve_alias(using)
@@ -246,7 +255,7 @@ def _lease_once(
                 current = str(current)
                 writers.connection_identity(w, refresh=current)
                 if writer and writer != current and writers.enabled():
-                    # Another server leased from this row last: a failover, maybe to a
+                    # Another server leased from this row last: a promotion, maybe to a
                     # replica that missed its last leases. Move ahead first (I11).
                     ahead = value + writers.margin(pace, step)
                     moved = (writer, value, min(ahead, max(hi, value)))

@@ -19,7 +19,7 @@ that moves a session to another server cannot hide the change):
   MySQL: ``@@server_uuid``.
 - A MariaDB Galera cluster: ``galera:<wsrep_cluster_state_uuid>``, the cluster's, not the
   node's. Every node takes writes and certification keeps them consistent, so a lease from
-  another node of the same cluster is no failover and moves nothing ahead. The state UUID is
+  another node of the same cluster is no promotion and moves nothing ahead. The state UUID is
   kept across a restart of the whole cluster (each node's ``grastate.dat``); a cluster made
   anew (a new bootstrap without that state, a restore from a backup) has another one, which
   the guard sees as a new writer. Whether a connection is to a Galera node is read once per
@@ -31,7 +31,7 @@ second (per second of the leasing host's clock). What the old primary leased and
 leased within the replication lag before it died, so at most ``pace * (lag + 1)`` values;
 ``WRITER_GUARD_MARGIN_SECONDS`` (default 30) is the lag assumed. A row with no recorded pace
 moves ahead by one step at least. Stores that keep a high-water mark in the database (the
-``redis`` and ``redis_segment`` strategies) need no margin on a Redis failover: their
+``redis`` and ``redis_segment`` strategies) need no margin on a Redis promotion: their
 counter restarts above that mark.
 """
 
@@ -95,7 +95,7 @@ _NO_CLUSTER_UUID = ("", "00000000-0000-0000-0000-000000000000")
 
 def identity_sql(w: BaseDatabaseWrapper) -> str | None:
     """The server's writer identity as a SQL expression for connection ``w``'s vendor, or None
-    where there is no failover to guard against (SQLite, other vendors)."""
+    where there is no promotion to guard against (SQLite, other vendors)."""
     if w.vendor == "postgresql":
         return _PG_IDENTITY
     if w.vendor == "mysql":
@@ -139,7 +139,7 @@ def connection_identity(w: BaseDatabaseWrapper, refresh: str | None = None) -> s
     connection reads it again): the fast path's parameter. On PostgreSQL only the system
     identifier part is used (the timeline is read by every statement). ``refresh``: an
     identity just read on ``w`` by a lease, stored instead. Kept on the wrapper: one per
-    thread for Django's connections, one per process for the private lease connection."""
+    thread for Django's connections, one per process for the private connection."""
     raw = w.connection
     if refresh is not None:
         w._django_sequences_writer = (raw, refresh)  # type: ignore[attr-defined]
@@ -194,7 +194,7 @@ def pace_params(second: int, n: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Jump:
-    """One counter moved ahead because another writer answers (a failover)."""
+    """One counter moved ahead because another writer answers (a promotion)."""
 
     store: str
     key: str
@@ -223,7 +223,7 @@ def record_jump(
         _jump_count += 1
     log.warning(
         "Writer guard: counter %r on %s was last moved by writer %s, but %s answers now (a "
-        "failover to a replica that may have missed the last leases): moved it ahead from %s "
+        "promotion of a replica that may have missed the last leases): moved it ahead from %s "
         "to %s before issuing.",
         key,
         store,

@@ -133,12 +133,12 @@ class RedisStrategy(_RedisStrategyBase):
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
         # by name through the app registry: the models import this layer
-        Segment: Any = apps.get_model("django_sequences", "Segment")
+        counter_rows: Any = apps.get_model("django_sequences", "Segment")
 
         name = spec.name
 
         def lease(row_key: str, count: int) -> tuple[int, int]:
-            return Segment.objects.lease(row_key, count, using=alias, sequence=name)
+            return counter_rows.objects.lease(row_key, count, using=alias, sequence=name)
 
         def peek(row_key: str) -> int | None:
             return read_row_value(row_key, alias)
@@ -216,12 +216,12 @@ class RedisSegmentStrategy(_RedisStrategyBase):
 
     def build(self, spec: SequenceSpec, alias: str) -> IdGenerator:
         # by name through the app registry: the models import this layer
-        Segment: Any = apps.get_model("django_sequences", "Segment")
+        counter_rows: Any = apps.get_model("django_sequences", "Segment")
 
         name = spec.name
 
         def db_lease(count: int | None) -> tuple[int, int]:
-            return Segment.objects.lease(name, count, using=alias)
+            return counter_rows.objects.lease(name, count, using=alias)
 
         store = RedisWindowStore(self.redis_alias(spec), self.redis_key(spec))
         source = ChunkSource(

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+from django.apps import apps
 
 from ..conf import app_settings
 from ..core.base import IdGenerator, SequenceSpec
@@ -21,11 +23,11 @@ from ..core.timestamp import (
     TimestampLayout,
 )
 from ..core.validation import shown
-from ..core.workers import default_heartbeat
+from ..core.workers import WorkerSlot, WorkerStore, default_heartbeat
 from ..exceptions import InvalidDefinition
 from ..sources.redis import connection as redis_connection
 from ..sources.redis.seconds import redis_counter
-from ..sources.workers import slot_for
+from ..sources.workers import RedisWorkerStore, WorkerClaimManager
 from .base import Strategy
 
 _G = TypeVar("_G")
@@ -119,12 +121,19 @@ def build_claimed(
     """A ``generator`` holding a worker-id claim for ``spec`` (snowflake, and timestamp with a
     local counter): the slot from the store the options name, the clock tolerance, and the
     process's heartbeat."""
-    slot = slot_for(
+    store: WorkerStore
+    if strategy.option(spec, "worker_store") == "redis":
+        redis_alias = strategy.option(spec, "redis_alias")
+        store = RedisWorkerStore(redis_connection.resolve_alias(redis_alias))
+    else:
+        # by name through the app registry: the models import this layer
+        claims = apps.get_model("django_sequences", "WorkerLease").objects
+        store = cast(WorkerClaimManager, claims).db_manager(alias)  # the store of ``alias``
+    slot = WorkerSlot(
         spec.name,
         layout.max_worker,
-        store=strategy.option(spec, "worker_store"),
-        alias=alias,
-        redis_alias=strategy.option(spec, "redis_alias"),
+        store,
+        ttl=app_settings.WORKER_CLAIM_TTL,
         clock=clock,
         # the writer guard moves a fenced claim's last_timestamp ahead in these units
         unit_ns=getattr(layout, "unit_ns", 1_000_000_000),

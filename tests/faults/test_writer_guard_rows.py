@@ -338,6 +338,6 @@ def test_admin_shows_a_fenced_worker_lease(admin_client: object) -> None:
     )
     page = admin_client.get(reverse("admin:django_sequences_workerlease_changelist"))
     text = page.content.decode()
-    assert text.count("fenced after a failover until") == 1  # the expired fence is free
+    assert text.count("fenced after a promotion until") == 1  # the expired fence is free
     found = [o for o in overview() if o.name == "sf"]
     assert found and not found[0].hosts  # a fence is nobody's lease

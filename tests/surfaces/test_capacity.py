@@ -276,7 +276,7 @@ def test_worker_id_pool_mostly_leased() -> None:
     assert w020() == []
     with override_settings(DJANGO_SEQUENCES={"CAPACITY_WARNING": 0.75}):
         (msg,) = w020()
-    assert "3 of its 4 worker ids are leased" in msg.msg and "worker_bits" in msg.msg
+    assert "3 of its 4 worker ids are claimed" in msg.msg and "worker_bits" in msg.msg
 
 
 # --- status, overview, capacities ---------------------------------------------------------------

@@ -23,7 +23,7 @@ from ..base import SequenceCommand
 class Command(SequenceCommand):
     help = (
         "Show every sequence (or those named): strategy, current value, values remaining, "
-        f"rate per minute over the last {RATE_MINUTES} minutes, worker-lease holders, "
+        f"rate per minute over the last {RATE_MINUTES} minutes, worker-id claim holders, "
         "partition health, then capacity warnings (--capacity: every limit)."
     )
 

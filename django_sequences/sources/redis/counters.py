@@ -29,7 +29,7 @@ out; the lost-key protocols do not see that by themselves, and values went out t
 script that reads or moves a counter learns the server's identity in the script itself
 (``writers.REDIS_WRITER_LUA``: ``master_replid`` of ``INFO replication``, which a promotion
 renews), and compares it with ``w`` in the same atomic step: never a plain ``INCRBY`` (redis-py
-may send a command again on a new connection, to the new master after a failover, without an
+may send a command again on a new connection, to the new master after a promotion, without an
 error reaching us). A key whose ``w`` is another writer's (or missing: the previous release's
 format, a plain string counter or a window without ``w``) counts as *lost*: the increment and
 the take answer "missing" and change nothing, and the claim (``redis``) or the extend
@@ -37,10 +37,10 @@ the take answer "missing" and change nothing, and the claim (``redis``) or the e
 mark committed in the database row (``core/hwm.py`` R2, ``core/chunks.py``): no margin is
 needed, the row is persisted ahead of Redis. Installs, claims and extends write ``w``. The
 process whose claim or extend wrote over another writer's key reports it, once per key and
-failover, with ``writers.record_jump`` (logged, counted, ``counter_moved_ahead``); a key in the
+promotion, with ``writers.record_jump`` (logged, counted, ``counter_moved_ahead``); a key in the
 previous release's format is only logged (INFO). ``DJANGO_SEQUENCES["WRITER_GUARD"] = False``
 skips the comparison (and the ``INFO`` of each increment and take): the behaviour before the
-guard, duplicates after a failover included. The ``INFO`` costs a few per cent of an increment.
+guard, duplicates after a promotion included. The ``INFO`` costs a few per cent of an increment.
 
 An extend also carries the writer its process read the window from (its ``take``, or
 ``window()``), and writes nothing on another server: a window sent to the old master and sent
@@ -82,7 +82,7 @@ end
 
 # ``me``: the server's identity, read in the script itself (``writers.REDIS_WRITER_LUA``: one
 # ``INFO replication``), so a command that redis-py sends again to another server after a
-# failover is judged by the server that runs it.
+# promotion is judged by the server that runs it.
 _WRITER = (
     """
 local function writer()
@@ -103,7 +103,7 @@ OFFSET = BIGINT_MAX
 # w: the writer that last moved it}. One key per counter, so every script touches one key (a
 # Redis Cluster runs it on the key's node). A key that is missing, holds the previous release's
 # format (a plain string: a number or a claim), holds a positive number, or (the guard on) was
-# last moved by another writer (a failover to a replica that missed the last increments) is
+# last moved by another writer (a promotion of a replica that missed the last increments) is
 # *lost*: the increment answers 0 and the claim writes over it (core/hwm.py R2).
 
 # The key's fields {c, w} (false: missing); a string in the previous release's format answers
@@ -152,7 +152,7 @@ return {3, redis.call('HGET', KEYS[1], 'c')}
 # KEYS[1] counter; ARGV[1] claim marker 'p<token>', ARGV[2] its time to live (ms), ARGV[3] '1':
 # the guard is on. Claims a missing or lost key (writing over what it held); never a live
 # counter or another's claim of this writer. {1} claimed (or held already), {0} not,
-# {2, old w, old c, me}: claimed over what another writer left (a failover), {3, '', old value,
+# {2, old w, old c, me}: claimed over what another writer left (a promotion), {3, '', old value,
 # me}: over the previous release's format.
 CLAIM_SCRIPT = (
     _WRITER
@@ -182,7 +182,7 @@ return found
 
 # KEYS[1] counter; ARGV[1] claim marker, ARGV[2] stored base, ARGV[3] expiry (ms, '0': none),
 # ARGV[4] '1': the guard is on. Installs only over this installer's claim, made on this writer
-# (a claim another writer holds is of an epoch a failover may have cut short: core/hwm.py).
+# (a claim another writer holds is of an epoch a promotion may have cut short: core/hwm.py).
 INSTALL_SCRIPT = (
     _WRITER
     + """
@@ -237,7 +237,7 @@ return {2, me, redis.call('HGET', KEYS[1], 'cur'), n}
 # ARGV[5] '1': the guard is on, ARGV[6] the writer this process's last read of the hash found
 # ('': none). {outcome, old w, old cur, me}: 1 created, 2 appended, 3 jumped forward, 0 stale
 # (the hash is at or past this window, or another server answers than the one the process read
-# from: a command sent again after a failover must not write a window twice), 4 replaced (the
+# from: a command sent again after a promotion must not write a window twice), 4 replaced (the
 # guard on: the hash was last moved by another writer, or has none recorded, the previous
 # release's; what it held is dropped, as a lost hash's would be).
 EXTEND_SCRIPT = (
@@ -313,7 +313,7 @@ class RedisCounterStore(RedisStore):
 
     def incr(self, key: str, count: int, limit: int) -> tuple[int, int]:
         # Always the script (no plain INCRBY): redis-py may send a command again on a new
-        # connection, to another server after a failover, without an error reaching us, so
+        # connection, to another server after a promotion, without an error reaching us, so
         # the writer is compared in the same atomic step as the increment.
         args = [count, str(limit - OFFSET), _flag(writers.enabled())]
         reply = self.run("incrementing", key, lambda c: self._incr(c, [key], args))
@@ -417,7 +417,7 @@ class RedisWindowStore(RedisStore):
     def extend(self, first: int, last: int) -> int:
         """Write a leased window (core/chunks.py). The script writes it only on the server this
         thread's last :meth:`take` or :meth:`window` read (redis-py may send a command again on
-        a new connection, to another server after a failover: the window must not be written
+        a new connection, to another server after a promotion: the window must not be written
         on both)."""
         key = self.key
         size = last - first + 1
@@ -495,9 +495,9 @@ def read_row_value(key: str, alias: str) -> int | None:
     """The committed ``value`` of counter row ``key`` (None: no row yet), read on the private
     connection (outside the caller's transaction, safe in a forked child)."""
     # the model by name: the stores import no model (the app registry is ready by now)
-    segment: Any = apps.get_model("django_sequences", "Segment")
+    counter_rows: Any = apps.get_model("django_sequences", "Segment")
 
     found = on_private(
-        alias, key, lambda w: select(w, segment.objects.filter(key=key).values_list("value"))
+        alias, key, lambda w: select(w, counter_rows.objects.filter(key=key).values_list("value"))
     )
     return int(found[0][0]) if found else None

@@ -11,7 +11,7 @@ from . import connection
 
 # KEYS[1]: the sequence's last-second key (no expiry); KEYS[2]: this second's counter (2 s);
 # KEYS[3]: the writer, the master_replid of the Redis master that counted last (no expiry).
-# ARGV: second, count, limit, '1' to guard against a failover. Returns {code, n}: code >= 1 is
+# ARGV: second, count, limit, '1' for the writer guard. Returns {code, n}: code >= 1 is
 # the counter of the last value taken; -1 (n = last second): the second is behind the last one
 # used; -2: nothing is known of this second (a new sequence, or the counter expired or was lost):
 # use the next one; -3 (n = counter): the limit would be passed. Only code >= 1 writes anything

@@ -11,13 +11,12 @@ A process claims a worker id of a *namespace* (the sequence name), 0 … ``max_w
 * **renew**: only while the row is still ours (``owner_uuid`` matches and ``version`` is the one
   we wrote); it extends ``expires_at`` and writes ``last_timestamp`` ahead (see
   ``core/ticks.py``). A heartbeat thread renews every ``WORKER_HEARTBEAT`` seconds.
-* **release** on a clean exit (``atexit``, and multiprocessing's exit for forked children),
-  only if still ours, recording the last tick really used.
+* **release** on a clean exit, only if still ours, recording the last tick really used.
 
 Here:
 
 * ``database.py``: claims as :class:`~django_sequences.models.WorkerLease` rows
-  (:class:`WorkerClaimManager`, its manager, and :class:`DatabaseWorkerStore`).
+  (:class:`WorkerClaimManager`, its manager, which is the database store bound to an alias).
 * ``redis.py``: claims as Redis keys (:class:`RedisWorkerStore`), expiry judged by the Redis
   server's clock.
 * ``guard.py``: the writer guard (invariant I11): every acquire, renew and release records the
@@ -25,68 +24,23 @@ Here:
   claim TTL before anything of it is handed out; with the statements the database store runs
   on the private connection.
 
-The pure side is ``core/workers.py``: one heartbeat thread per process, a daemon started on
-first use, renews every generator that holds a claim. After ``fork()`` the child starts with
-no claim and a new owner uuid: it acquires its own id (I3), never its parent's, and never
-releases its parent's. A generator holds its claim through a
-:class:`~django_sequences.core.workers.WorkerSlot` over either store (:func:`slot_for`).
+The pure side, :class:`~django_sequences.core.workers.WorkerSlot` (a generator's claim, over
+either store, made by ``strategies/timebased.py``) and the heartbeat that renews it, is
+``core/workers.py``.
 """
 
 from __future__ import annotations
 
-from ...conf import app_settings
-from ...core.clock import SYSTEM_CLOCK, Clock
-from ...core.workers import StoreGrant, WorkerSlot, WorkerStore, default_heartbeat, shutdown
-from ..redis import connection
-from .database import DatabaseWorkerStore, ReapedClaim, WorkerClaimManager
-from .guard import FENCE_MISSING_IDS, db_now, fence_seconds, margin_ticks
+from ...core.workers import StoreGrant, shutdown
+from .database import WorkerClaimManager
+from .guard import FENCE_MISSING_IDS, db_now
 from .redis import RedisWorkerStore
-
-#: The names from before worker ids were claimed, kept for callers and docs that use them.
-WorkerLeaseManager = WorkerClaimManager
-ReapedLease = ReapedClaim
 
 __all__ = [
     "FENCE_MISSING_IDS",
-    "DatabaseWorkerStore",
-    "ReapedClaim",
-    "ReapedLease",
     "RedisWorkerStore",
     "StoreGrant",
     "WorkerClaimManager",
-    "WorkerLeaseManager",
-    "WorkerSlot",
     "db_now",
-    "default_heartbeat",
-    "fence_seconds",
-    "margin_ticks",
     "shutdown",
-    "slot_for",
 ]
-
-
-def slot_for(
-    namespace: str,
-    max_worker: int,
-    *,
-    store: str,
-    alias: str,
-    redis_alias: str | None,
-    clock: Clock = SYSTEM_CLOCK,
-    unit_ns: int | None = None,
-) -> WorkerSlot:
-    """A new slot on the database store of ``alias`` or the Redis store of ``redis_alias``;
-    ``unit_ns``: its ticks' unit (None: told by their size)."""
-    backend: WorkerStore
-    if store == "redis":
-        backend = RedisWorkerStore(connection.resolve_alias(redis_alias))
-    else:
-        backend = DatabaseWorkerStore(alias)
-    return WorkerSlot(
-        namespace,
-        max_worker,
-        backend,
-        ttl=app_settings.WORKER_CLAIM_TTL,
-        clock=clock,
-        unit_ns=unit_ns,
-    )

@@ -1,5 +1,5 @@
-"""Worker-id claims in the database: :class:`WorkerClaimManager` (the manager of
-:class:`~django_sequences.models.WorkerLease` rows) and :class:`DatabaseWorkerStore`
+"""Worker-id claims in the database: :class:`WorkerClaimManager`, the manager of
+:class:`~django_sequences.models.WorkerLease` rows and, bound to an alias, the database store
 (``worker_store="database"``); what a claim is, in ``sources/workers/__init__.py``. The writer
 guard's fence and the statements run on the private connection are in ``guard.py``.
 """
@@ -12,9 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
-from django.apps import apps
 from django.db import IntegrityError, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
@@ -38,27 +37,25 @@ from .guard import (
     update_rows,
 )
 
-#: The worker-claim model is handed in by the manager (``self.model``): the store names no
-#: model.
-ClaimModel = type[Any]
-Claim = Any
-
-
 _HOST = socket.gethostname()[:255]
 
 
 class WorkerClaimManager(models.Manager[Any]):
-    """Acquire, renew and release worker-id claims on the private connection."""
+    """Acquire, renew and release worker-id claims on the private connection; the database
+    worker store (``worker_store="database"``) is this manager bound to an alias
+    (``db_manager(alias)``), whose calls go there unless ``using`` says otherwise."""
+
+    kind = "database"
 
     def acquire(
         self,
         namespace: str,
         max_worker: int,
-        *,
         owner: str,
         ttl: float,
         now_tick: int = 0,
         ahead: int = 0,
+        *,
         shared_cap: int | None = None,
         tick_ns: int | None = None,
         using: str | None = None,
@@ -74,7 +71,7 @@ class WorkerClaimManager(models.Manager[Any]):
         ``sources/workers/guard.py``); raises :class:`WorkerClaimLost` when no id is free because of
         a fence.
         """
-        alias = resolve_alias(using)
+        alias = resolve_alias(using or self._db)
         rounds: int = app_settings.WRITE_RETRIES
         backoff: float = app_settings.WRITE_BACKOFF
         for attempt in range(rounds):
@@ -88,7 +85,7 @@ class WorkerClaimManager(models.Manager[Any]):
             if found is None and not contended and fenced is not None:
                 raise WorkerClaimLost(
                     f"Could not acquire a worker id of {namespace!r}: database {alias!r} was "
-                    f"taken over by another server (a failover), so the ids whose holders may "
+                    f"taken over by another server (a promotion), so the ids whose holders may "
                     f"still be issuing are fenced until {fenced.isoformat()} (by the "
                     f"database's clock; WRITER_GUARD, WRITER_GUARD_MARGIN_SECONDS), and every "
                     f"other id is held."
@@ -180,7 +177,7 @@ class WorkerClaimManager(models.Manager[Any]):
         for worker_id in range(max_worker + 1) if fenced is None else ():
             if worker_id in held:
                 continue
-            claim: Claim = self.model(
+            claim = self.model(
                 namespace=namespace, worker_id=worker_id, last_timestamp=ahead, version=1, **fields
             )
             try:
@@ -201,11 +198,11 @@ class WorkerClaimManager(models.Manager[Any]):
         self,
         namespace: str,
         worker_id: int,
-        *,
         owner: str,
         version: int,
         ttl: float,
         bound: int,
+        *,
         max_worker: int | None = None,
         tick_ns: int | None = None,
         alive: Callable[[], bool] | None = None,
@@ -216,7 +213,7 @@ class WorkerClaimManager(models.Manager[Any]):
         Writer guard: a row another server wrote fences the namespace first (ids with no
         row up to ``max_worker``, if given); the holder's renewal then passes the fence while
         ``alive()`` (its claim is live by its own clock) holds before and after the round
-        trip, whatever its ``version`` says (None: always).
+        trip, whatever the row's version says (None: always).
         """
 
         def renew_on(w: BaseDatabaseWrapper) -> int | None:
@@ -246,20 +243,20 @@ class WorkerClaimManager(models.Manager[Any]):
                 max_worker, margin_ticks(bound, tick_ns), alive,
             )  # fmt: skip
 
-        return on_private(resolve_alias(using), f"worker id of {namespace}", renew_on)
+        return on_private(resolve_alias(using or self._db), f"worker id of {namespace}", renew_on)
 
     def release(
         self,
         namespace: str,
         worker_id: int,
-        *,
         owner: str,
         version: int,
         last: int | None = None,
+        *,
         using: str | None = None,
     ) -> bool:
         """Give a claim back if it is still ours, recording ``last`` as its last_timestamp.
-        Not through a failover fence, nor on a row another server wrote (the guard on): such a
+        Not through a writer guard's fence, nor on a row another server wrote (the guard on): such a
         row stays fenced, or is fenced by the next acquisition, until it expires."""
 
         def release_on(w: BaseDatabaseWrapper) -> int:
@@ -283,7 +280,9 @@ class WorkerClaimManager(models.Manager[Any]):
                     )
             return update_rows(w, qs, values)
 
-        return bool(on_private(resolve_alias(using), f"worker id of {namespace}", release_on))
+        return bool(
+            on_private(resolve_alias(using or self._db), f"worker id of {namespace}", release_on)
+        )
 
     def reap(
         self, *, namespace: str | None = None, dry_run: bool = False, using: str | None = None
@@ -335,7 +334,7 @@ class WorkerClaimManager(models.Manager[Any]):
                 reaped.append(ReapedClaim(ns, worker_id, host, pid, expires_at, last))
             return reaped
 
-        return on_private(resolve_alias(using), "expired worker-id claims", reap_on)
+        return on_private(resolve_alias(using or self._db), "expired worker-id claims", reap_on)
 
 
 @dataclass(frozen=True)
@@ -348,74 +347,3 @@ class ReapedClaim:
     owner_pid: int | None
     expires_at: datetime
     last_timestamp: int
-
-
-def _claims() -> WorkerClaimManager:
-    # the model by name: the stores import no model (the app registry is ready by now)
-    return cast(WorkerClaimManager, apps.get_model("django_sequences", "WorkerLease").objects)
-
-
-class DatabaseWorkerStore:
-    """Claims in :class:`~django_sequences.models.WorkerLease` rows of database ``alias``."""
-
-    kind = "database"
-
-    def __init__(self, alias: str) -> None:
-        self.alias = alias
-
-    def acquire(
-        self,
-        namespace: str,
-        max_worker: int,
-        owner: str,
-        ttl: float,
-        now_tick: int,
-        ahead: int,
-        *,
-        shared_cap: int | None = None,
-        tick_ns: int | None = None,
-    ) -> StoreGrant | None:
-        return _claims().acquire(
-            namespace,
-            max_worker,
-            owner=owner,
-            ttl=ttl,
-            now_tick=now_tick,
-            ahead=ahead,
-            shared_cap=shared_cap,
-            tick_ns=tick_ns,
-            using=self.alias,
-        )
-
-    def renew(
-        self,
-        namespace: str,
-        worker_id: int,
-        owner: str,
-        token: Any,
-        ttl: float,
-        bound: int,
-        *,
-        max_worker: int | None = None,
-        tick_ns: int | None = None,
-        alive: Callable[[], bool] | None = None,
-    ) -> Any:
-        return _claims().renew(
-            namespace,
-            worker_id,
-            owner=owner,
-            version=token,
-            ttl=ttl,
-            bound=bound,
-            max_worker=max_worker,
-            tick_ns=tick_ns,
-            alive=alive,
-            using=self.alias,
-        )
-
-    def release(
-        self, namespace: str, worker_id: int, owner: str, token: Any, last: int | None
-    ) -> bool:
-        return _claims().release(
-            namespace, worker_id, owner=owner, version=token, last=last, using=self.alias
-        )

@@ -3,7 +3,7 @@ statements the database store (``sources/workers/database.py``) runs on the priv
 it and for itself. The Redis store's half of the guard lives in its scripts
 (``sources/workers/redis.py``).
 
-With asynchronous replication a failover to a lagging replica can lose the last acquisitions
+With asynchronous replication a promotion of a lagging replica can lose the last acquisitions
 and renewals of claims: the promoted server shows an id free, or expired, while a process that
 acquired or renewed it on the old server still issues with it until its local deadline, and
 ``last_timestamp`` older than what was persisted. Handing that id out again makes the same
@@ -23,19 +23,19 @@ values twice. So:
   holder's local deadline has passed, and at least ``WRITER_GUARD_MARGIN_SECONDS``),
   ``last_timestamp`` = max(``last_timestamp``, the caller's tick) + the margin in the
   strategy's ticks (:func:`margin_ticks`; a holder on the old server may have persisted that
-  much more before the failover), ``renewed_at`` = NULL (the mark of a fence), its owner kept.
+  much more before the promotion), ``renewed_at`` = NULL (the mark of a fence), its owner kept.
   The lowest ids that have no row (:data:`FENCE_MISSING_IDS` of them; an acquisition inserts
-  the lowest id without a row, so the inserts a failover lost are those) are inserted fenced
+  the lowest id without a row, so the inserts a promotion lost are those) are inserted fenced
   first, since their acquisition may have been lost with the rest; beyond them, no id without
   a row is inserted while any row of the namespace is fenced. Each fenced row is reported once
   (``writers.record_jump``: a warning, a count, the ``counter_moved_ahead`` signal; the ids
   inserted fenced in one report).
 * A fenced row is not handed out until its fence expires. Its holder's own renewal (matched
-  by ``owner_uuid``; its ``version`` may be behind, the failover lost its last renewals) still
-  passes, so a running process keeps its worker id across a failover without interruption,
+  by ``owner_uuid``; its ``version`` may be behind, the promotion lost its last renewals) still
+  passes, so a running process keeps its worker id across a promotion without interruption,
   but only while its claim is live by its own clock, before and after the round trip: a
   holder whose claim lapsed may have been replaced on the old server by an acquisition the
-  failover lost, so its renewal fails and it acquires another id (``core/ticks.py``). If its
+  promotion lost, so its renewal fails and it acquires another id (``core/ticks.py``). If its
   acquisition itself was lost, the row does not name it and its renewal fails as before. A
   release does not pass a fence (the row stays fenced until it expires).
 * While nothing can be acquired because of a fence, ``acquire`` raises
@@ -43,7 +43,7 @@ values twice. So:
 * ``WRITER_GUARD = False`` turns the fences off (``writer`` is still recorded).
 
 What the guard cannot see: a namespace all of whose rows (or whose Redis guard hash) the
-failover lost has nothing that names the old server, and is handed out as new.
+promotion lost has nothing that names the old server, and is handed out as new.
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ from ..connections import select
 
 #: The worker-claim model is handed in by the manager: the store names no model.
 ClaimModel = type[Any]
-Claim = Any
 
 
 log = logging.getLogger("django_sequences.workers")
@@ -76,7 +75,7 @@ log = logging.getLogger("django_sequences.workers")
 # --- the guard's measures --------------------------------------------------------------------
 
 #: Ids with no row that a fence inserts fenced: the lowest ones (an acquisition inserts the
-#: lowest id that has no row, so the rows a failover lost are the lowest ids the promoted
+#: lowest id that has no row, so the rows a promotion lost are the lowest ids the promoted
 #: server has no row for). Past them, no id without a row is inserted while any row of the
 #: namespace is fenced.
 FENCE_MISSING_IDS = 64
@@ -278,7 +277,7 @@ def renew_fenced(
     if writer != current or not is_fence(writer, renewed_at, expires_at):
         return None  # an ordinary stale version
     if alive is not None and not alive():
-        return None  # lapsed: the failover may have lost another's acquisition of the id
+        return None  # lapsed: the promotion may have lost another's acquisition of the id
     new_version = max(row_version, version) + 1
     values = {
         "renewed_at": now,
@@ -297,7 +296,7 @@ def renew_fenced(
         # may have let another process take the id. Leave the row to expire.
         return None
     log.warning(
-        "worker id %s#%d: its holder renewed it through the failover fence",
+        "worker id %s#%d: its holder renewed it through the writer guard's fence",
         namespace,
         worker_id,
     )

@@ -13,7 +13,7 @@ so every script touches one Redis Cluster slot. An acquire or renew that finds a
 master's replid there fences the namespace for :func:`fence_seconds` (a key
 ``…:{namespace}:fence`` with that expiry): no acquisition at all meanwhile, while renewals of
 live keys go on (a key present on the promoted master was present on the old one until the
-failover: expiry times are absolute and replicated, and only its owner deletes it early). The
+promotion: expiry times are absolute and replicated, and only its owner deletes it early). The
 hash's ``floor`` (max(floor, tick) + margin) counts as every id's ``last_timestamp`` from then
 on. With ``WRITER_GUARD = False`` nothing is fenced (the hash still records the writer).
 """
@@ -213,7 +213,7 @@ class RedisWorkerStore:
         if status < 0:
             raise WorkerClaimLost(
                 f"Could not acquire a worker id of {namespace!r}: Redis (cache alias "
-                f"{self.alias!r}) was taken over by another master (a failover), so the "
+                f"{self.alias!r}) was taken over by another master (a promotion), so the "
                 f"namespace is fenced for {int(got[1]) / 1000:.1f} s more: no id is handed out "
                 f"while a holder on the old master may still be issuing (WRITER_GUARD, "
                 f"WRITER_GUARD_MARGIN_SECONDS)."
@@ -237,7 +237,7 @@ class RedisWorkerStore:
         alive: Callable[[], bool] | None = None,
     ) -> Any:
         """Extend the claim while its key is ours. ``alive`` is not needed here: a key that
-        the promoted master still holds was held on the old one until the failover (expiry
+        the promoted master still holds was held on the old one until the promotion (expiry
         times are absolute and replicated; only its owner deletes it early), so nobody else
         can have taken it there."""
         prefix = self.prefix(namespace)
