@@ -6,6 +6,7 @@ were told about, or this fails naming the page and the path."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -24,6 +25,7 @@ _DOTTED = re.compile(r"\bdjango_sequences(?:\.\w+)+")
 _CHECK_ID = re.compile(r"^django_sequences\.[EW]\d{3}$")
 
 
+@functools.cache
 def _task_names() -> set[str]:
     return {
         getattr(task, "name", "")
@@ -32,6 +34,7 @@ def _task_names() -> set[str]:
     }
 
 
+@functools.cache
 def _loggers() -> set[str]:
     found: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
