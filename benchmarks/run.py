@@ -389,8 +389,9 @@ def lease_hook(gen: SegmentGenerator) -> LeaseFn:
     ``SegmentGenerator.__init__``, in a slot) holding a callable. ``bench_turnover`` also checks
     afterwards that the wrapper saw every lease the generator counted.
     """
-    # an instance attribute: in __dict__, or in a slot of the class (SegmentGenerator has slots)
-    slotted = "_lease" in getattr(type(gen), "__slots__", ())
+    # an instance attribute: in __dict__, or in a slot of the class or a base (SegmentGenerator
+    # has slots; SQLite's subclass adds its own)
+    slotted = any("_lease" in getattr(c, "__slots__", ()) for c in type(gen).__mro__)
     hook = getattr(gen, "_lease", None) if slotted else vars(gen).get("_lease")
     if not callable(hook):
         raise InstrumentationError(
