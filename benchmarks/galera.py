@@ -1,4 +1,4 @@
-"""A private MariaDB Galera cluster on loopback for :mod:`benchmarks.failover` (scenario ``f``)
+"""A private MariaDB Galera cluster on loopback for :mod:`benchmarks.promotions` (scenario ``f``)
 and ``tests/faults/test_galera.py``.
 
 :class:`GaleraCluster` makes ``n`` nodes (3 by default) of MariaDB with the Galera 4 provider

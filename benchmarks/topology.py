@@ -1,4 +1,4 @@
-"""Private replicated server topologies on loopback for :mod:`benchmarks.failover`.
+"""Private replicated server topologies on loopback for :mod:`benchmarks.promotions`.
 
 Each class starts its servers in a fresh temporary directory, on free loopback ports unless
 told which (never the shared servers' 5432, 3306, 6379, nor the soak's 5440, 3310, 6390: two

@@ -1,5 +1,5 @@
 """A MariaDB Galera cluster, where every node takes writes, through the harness of
-benchmarks/failover.py (scenario ``f``; the cluster is benchmarks/galera.py's).
+benchmarks/promotions.py (scenario ``f``; the cluster is benchmarks/galera.py's).
 
 Three nodes on private loopback ports (free ones, never the shared servers'), run as user
 ``mysql`` and stopped by pid. One issuing process per node, its ``default`` alias on that node,
@@ -35,7 +35,7 @@ import shutil
 
 import pytest
 
-from benchmarks import failover, galera
+from benchmarks import galera, promotions
 
 pytestmark = [pytest.mark.slow, pytest.mark.promotion]
 
@@ -46,16 +46,16 @@ SPANNED = ("segment", "strict")
 
 
 @pytest.fixture(scope="module")
-def result() -> failover.ScenarioResult:
+def result() -> promotions.ScenarioResult:
     for need in (galera.PROVIDER, galera.MARIADBD):
         assert os.path.exists(need), f"{need} is not installed: apt-get install galera-4"
     for tool in ("rsync", "mariadb-install-db"):
         assert shutil.which(tool), f"{tool} is not installed"
-    opts = failover.Options(steady=STEADY, lag=DOWN, after=AFTER, pause=PAUSE)
-    return failover.run_scenario("f", opts)
+    opts = promotions.Options(steady=STEADY, lag=DOWN, after=AFTER, pause=PAUSE)
+    return promotions.run_scenario("f", opts)
 
 
-def _figures(res: failover.ScenarioResult, phase: str) -> dict[str, object]:
+def _figures(res: promotions.ScenarioResult, phase: str) -> dict[str, object]:
     return {
         label: {
             "acknowledged": r.acknowledged,
@@ -69,25 +69,25 @@ def _figures(res: failover.ScenarioResult, phase: str) -> dict[str, object]:
     }
 
 
-def _bound(r: failover.LabelResult) -> float:
+def _bound(r: promotions.LabelResult) -> float:
     """The largest span allowed: the values acknowledged in it, 1 % more, one step a process."""
-    return SPAN_SLACK * (r.covered or 0) + failover.step_of(r.label) * failover.PROCESSES
+    return SPAN_SLACK * (r.covered or 0) + promotions.step_of(r.label) * promotions.PROCESSES
 
 
-def _span_ok(r: failover.LabelResult) -> bool:
+def _span_ok(r: promotions.LabelResult) -> bool:
     return r.span is not None and r.span <= _bound(r)
 
 
-@pytest.mark.parametrize("label", failover.GALERA_LABELS)
-def test_no_value_is_issued_twice(result: failover.ScenarioResult, label: str) -> None:
+@pytest.mark.parametrize("label", promotions.GALERA_LABELS)
+def test_no_value_is_issued_twice(result: promotions.ScenarioResult, label: str) -> None:
     assert result.labels[label].acknowledged > 0, _figures(result, "steady")
     assert result.labels[label].duplicates == 0, result.labels[label]
     assert result.phases["reference"][label].duplicates == 0
 
 
-@pytest.mark.parametrize("label", failover.GALERA_LABELS)
+@pytest.mark.parametrize("label", promotions.GALERA_LABELS)
 def test_every_error_is_a_django_sequences_exception(
-    result: failover.ScenarioResult, label: str
+    result: promotions.ScenarioResult, label: str
 ) -> None:
     for phase, labels in result.phases.items():
         r = labels[label]
@@ -95,14 +95,14 @@ def test_every_error_is_a_django_sequences_exception(
 
 
 @pytest.mark.parametrize("label", SPANNED)
-def test_the_reference_skips_almost_nothing(result: failover.ScenarioResult, label: str) -> None:
+def test_the_reference_skips_almost_nothing(result: promotions.ScenarioResult, label: str) -> None:
     r = result.phases["reference"][label]
     assert r.acknowledged > 0 and _span_ok(r), _figures(result, "reference")
 
 
 @pytest.mark.parametrize("label", SPANNED)
 def test_every_node_a_writer_skips_almost_nothing(
-    result: failover.ScenarioResult, label: str
+    result: promotions.ScenarioResult, label: str
 ) -> None:
     r = result.phases["steady"][label]
     assert r.acknowledged > 0, _figures(result, "steady")
@@ -113,30 +113,30 @@ def test_every_node_a_writer_skips_almost_nothing(
 
 
 @pytest.mark.parametrize("phase", ["reference", "steady"])
-def test_snowflake_every_process_issues(result: failover.ScenarioResult, phase: str) -> None:
+def test_snowflake_every_process_issues(result: promotions.ScenarioResult, phase: str) -> None:
     r = result.phases[phase]["snowflake"]
-    issued = [r.per_process.get(f"p{i}", 0) for i in range(failover.PROCESSES)]
+    issued = [r.per_process.get(f"p{i}", 0) for i in range(promotions.PROCESSES)]
     assert all(n > 0 for n in issued), (
         f"{phase}: snowflake values per process {issued}; errors {r.error_codes}; "
         f"{r.moved_ahead} guard moves"
     )
 
 
-@pytest.mark.parametrize("label", failover.GALERA_LABELS)
+@pytest.mark.parametrize("label", promotions.GALERA_LABELS)
 def test_no_certification_conflict_reaches_a_caller(
-    result: failover.ScenarioResult, label: str
+    result: promotions.ScenarioResult, label: str
 ) -> None:
     found = {
         phase: (result.phases[phase][label].error_codes, result.phases[phase][label].error_samples)
-        for phase in failover.ALL_UP_PHASES
+        for phase in promotions.ALL_UP_PHASES
         if result.phases[phase][label].conflicts
     }
     assert not found, found
 
 
-@pytest.mark.parametrize("label", failover.GALERA_LABELS)
+@pytest.mark.parametrize("label", promotions.GALERA_LABELS)
 def test_issuing_goes_on_around_a_node_that_dies_or_stops(
-    result: failover.ScenarioResult, label: str
+    result: promotions.ScenarioResult, label: str
 ) -> None:
     """While node 3 is down, the processes on the other nodes go on issuing; once a node is
     back (rejoined, resumed), every process issues again. (While node 2 is only stopped, the
@@ -146,4 +146,4 @@ def test_issuing_goes_on_around_a_node_that_dies_or_stops(
     assert all(per.get(p, 0) > 0 for p in ("p0", "p1")), (label, per)
     for phase in ("rejoined", "resumed"):
         per = result.phases[phase][label].per_process
-        assert all(per.get(f"p{i}", 0) > 0 for i in range(failover.PROCESSES)), (phase, per)
+        assert all(per.get(f"p{i}", 0) > 0 for i in range(promotions.PROCESSES)), (phase, per)

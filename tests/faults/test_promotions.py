@@ -1,5 +1,5 @@
 """Real failovers (invariant I11: a counter never goes lower across a failover of its store),
-through the harness of benchmarks/failover.py.
+through the harness of benchmarks/promotions.py.
 
 Each scenario starts its own servers on free loopback ports (so two runs of the suite at once
 do not meet), never the shared ones, and stops them by pid. Three spawned processes issue
@@ -21,7 +21,7 @@ import shutil
 
 import pytest
 
-from benchmarks import failover
+from benchmarks import promotions
 
 pytestmark = [pytest.mark.slow, pytest.mark.promotion]
 
@@ -38,17 +38,17 @@ NEEDS = {
 }
 
 
-def _run(name: str, *, guard: bool = True) -> failover.ScenarioResult:
+def _run(name: str, *, guard: bool = True) -> promotions.ScenarioResult:
     settings = {} if guard else {"WRITER_GUARD": False}
     for need in NEEDS[name]:
         found = os.path.exists(need) if need.startswith("/") else shutil.which(need)
         assert found, f"{need} is not installed: scripts/services installs the servers"
-    return failover.run_scenario(
-        name, failover.Options(warmup=WARMUP, lag=LAG, after=AFTER, sequences_settings=settings)
+    return promotions.run_scenario(
+        name, promotions.Options(warmup=WARMUP, lag=LAG, after=AFTER, sequences_settings=settings)
     )
 
 
-def _assert_safe(res: failover.ScenarioResult, *, failover_: bool = True) -> None:
+def _assert_safe(res: promotions.ScenarioResult, *, failover_: bool = True) -> None:
     report = {
         label: (r.acknowledged, r.duplicates, r.outage_errors) for label, r in res.labels.items()
     }

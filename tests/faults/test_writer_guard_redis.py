@@ -8,7 +8,7 @@ that is not this server's ``master_replid``, and its counter (or the window's ``
 to an older value, which is what a promoted replica that had not received the last increments
 holds. The scripts compare ``w`` with the server running them, so to them this is the same as
 the server having changed under an unchanged key. The real Sentinel and Cluster failovers run in
-``benchmarks/failover.py`` (scenarios c and d).
+``benchmarks/promotions.py`` (scenarios c and d).
 
 Each simulated failover is also run with ``WRITER_GUARD`` off, which must issue the old values
 again: the proof that the simulation reproduces the duplicates the guard prevents.

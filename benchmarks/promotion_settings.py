@@ -1,4 +1,4 @@
-"""Settings of :mod:`benchmarks.failover`: the test project's, pointed at the private topologies
+"""Settings of :mod:`benchmarks.promotions`: the test project's, pointed at the private topologies
 of :mod:`benchmarks.topology` (never the shared servers). Only documented settings are used:
 this is how a user would configure Django for each topology (see docs/scaling.md).
 

@@ -1,12 +1,13 @@
-"""Failover harness: issue values through a real store failover and count duplicates.
+"""Promotion harness: issue values while a replica of a store is promoted (or a node fails),
+and count the values issued twice.
 
 Usage::
 
-    python -m benchmarks.failover --help
-    python -m benchmarks.failover                       # every scenario, then the table
-    python -m benchmarks.failover --scenario a-async    # one (repeat --scenario for more)
-    python -m benchmarks.failover --scenario c --keep   # keep the temp dirs to look at logs
-    python -m benchmarks.failover --scenario f --steady 10 --pause 8   # Galera, by phase
+    python -m benchmarks.promotions --help
+    python -m benchmarks.promotions                       # every scenario, then the table
+    python -m benchmarks.promotions --scenario a-async    # one (repeat --scenario for more)
+    python -m benchmarks.promotions --scenario c --keep   # keep the temp dirs to look at logs
+    python -m benchmarks.promotions --scenario f --steady 10 --pause 8   # Galera, by phase
 
 Each scenario starts a private topology (:mod:`benchmarks.topology`: loopback ports of its own,
 never the shared servers 5432/3306/6379 nor the soak's), migrates it, defines one sequence per
@@ -373,7 +374,7 @@ class Run:
         dedicated: bool = False,
     ) -> None:
         self.out = Path(tempfile.mkdtemp(prefix="dsq-failover-out-"))
-        self.env = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": "benchmarks.failover_settings"}
+        self.env = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": "benchmarks.promotion_settings"}
         self.env["FO_SEQUENCES"] = json.dumps(opts.sequences_settings)
         self.labels = labels
         self.threads = threads
@@ -396,7 +397,7 @@ class Run:
         return now
 
     def prepare(self) -> None:
-        cmd = [sys.executable, "-m", "benchmarks.failover", "--prepare"]
+        cmd = [sys.executable, "-m", "benchmarks.promotions", "--prepare"]
         cmd += ["--labels", ",".join(self.labels), "--prefix", self.prefix]
         env = {**self.env, **self.slot_env[0]}
         subprocess.run(cmd, env=env, cwd=ROOT, check=True, timeout=300)
@@ -404,7 +405,7 @@ class Run:
     def start(self) -> None:
         _LIVE.append(self)
         for slot in range(PROCESSES):
-            cmd = ["nice", "-n", "10", sys.executable, "-m", "benchmarks.failover"]
+            cmd = ["nice", "-n", "10", sys.executable, "-m", "benchmarks.promotions"]
             cmd += ["--worker", str(slot), "--out", str(self.out)]
             cmd += ["--labels", ",".join(self.labels), "--threads", str(self.threads)]
             cmd += ["--prefix", self.prefix] + (["--dedicated"] if self.dedicated else [])
@@ -524,7 +525,7 @@ class Run:
     def moves(self, since: float | None = None, until: float | None = None) -> dict[str, int]:
         """The writer guard's warnings per strategy (the label whose sequence, or
         ``autoincrement`` table, the warning names; ``?`` for none), logged from ``since`` to
-        ``until`` (failover_settings starts each line with its time)."""
+        ``until`` (promotion_settings starts each line with its time)."""
         marks = {label: _marks(name_of(label, self.prefix)) for label in self.labels}
         out: dict[str, int] = {}
         for path in self.out.glob("p*.stderr"):
@@ -1094,7 +1095,7 @@ SCENARIO_HELP: dict[str, str] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.failover",
+        prog="python -m benchmarks.promotions",
         description="Issue values through real store failovers on private loopback servers "
         "and count duplicates. Scenarios: "
         + "; ".join(f"{k}: {v}" for k, v in SCENARIO_HELP.items()),
