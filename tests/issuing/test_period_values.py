@@ -26,7 +26,7 @@ from django_sequences import (
 )
 from django_sequences import numbers as numbers_module
 from django_sequences.exceptions import InvalidKey
-from django_sequences.models import Sequence
+from django_sequences.models import Segment, Sequence
 from django_sequences.ops.overview import overview
 from tests.support.issuing import rows
 from tests.support.worker_claims import FakeClock
@@ -103,7 +103,10 @@ def test_a_sequence_that_never_restarts_keeps_its_one_row() -> None:
     assert next_number("pv.never").endswith("000001")
     assert next_value("pv.never") == 2
     assert "period" not in get_sequence("pv.never").status().details
-    assert rows("pv.never") is not None and rows("pv.never")[0] == 10  # type: ignore[index]
+    row = rows("pv.never")
+    # one row, without a period in its key (a background lease may have taken a second range)
+    assert row is not None and row[0] in (10, 20)
+    assert not Segment.objects.filter(key__startswith="pv.never:").exists()
 
 
 def test_a_sharded_strict_sequence_per_period_takes_its_keys_in_the_periods_rows() -> None:
