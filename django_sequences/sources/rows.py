@@ -15,6 +15,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.apps import apps
@@ -180,8 +181,8 @@ def _increment_on(
     if found is not None:
         statement, params = found
         last: int | None
-        if private and w.vendor == "postgresql" and w.alias not in _unprepared:
-            last = _pg_prepared_returning(w, statement, params)
+        if private and w.vendor == "postgresql":
+            last = _pg_private_increment(w, key, statement, params)
         else:
             last = _returning(w, statement, params)
         if last is not None:
@@ -358,12 +359,125 @@ def marked_salt(w: BaseDatabaseWrapper, name: str, fresh: str) -> str:
 def _returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> int | None:
     """Run the strict increment on Django's cursor: the new value, or None when the row is
     missing or too close to its limit."""
+    if w.vendor == "mysql":
+        with w.cursor() as c:
+            c.execute(sql, params)
+            return c.lastrowid if c.rowcount == 1 else None
+    row = _returning_row(w, sql, params)
+    return None if row is None else int(row[0])
+
+
+def _returning_row(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+    """The row the strict increment returns, run on Django's cursor (None: no row)."""
     with w.cursor() as c:
         c.execute(sql, params)
-        if w.vendor == "mysql":
-            return c.lastrowid if c.rowcount == 1 else None
         row = c.fetchone()
-        return None if row is None else int(row[0])
+    return None if row is None else tuple(row)
+
+
+#: A strict increment on PostgreSQL that waited this long for its row (other processes held
+#: it) makes the next ones of that row hold it inside the server only, for ``_HELD_INSIDE``
+#: seconds after the last such wait.
+_WAITED = timedelta(milliseconds=1)
+_HELD_INSIDE = 2.0
+#: By counter-row key: until when (``time.monotonic()``) its increments commit before their
+#: flush (:func:`_pg_flushed_after`).
+_held_inside_until: dict[str, float] = {}
+
+
+def _pg_private_increment(
+    w: BaseDatabaseWrapper, key: str, sql: str, params: list[Any]
+) -> int | None:
+    """The strict increment of counter row ``key`` on private PostgreSQL connection ``w``:
+    the new value, or None when the row must go the long way.
+
+    A row nobody else is writing is incremented by one prepared statement whose commit waits
+    for its flush (:func:`_pg_prepared_returning`): the fastest for one writer. When the
+    statement reports that it waited ``_WAITED`` or more (other processes held the row: where
+    flushes are slow, mostly while their commits waited for the disk), the increments of that
+    row commit first and wait for their flush after, for ``_HELD_INSIDE`` seconds after the
+    last such wait (:func:`_pg_flushed_after`): the row is then locked inside the server only,
+    and the writers' flushes are shared. Where the role may not write the flush's WAL record,
+    always the first way."""
+    now = time.monotonic()
+    if _held_inside_until.get(key, 0.0) > now and _flushes_after(w):
+        row = _pg_flushed_after(w, sql, params)
+    elif w.alias not in _unprepared:
+        row = _pg_prepared_returning(w, sql, params)
+    else:
+        row = _returning_row(w, sql, params)
+    if row is None:
+        return None
+    if row[1] >= _WAITED:
+        _held_inside_until[key] = now + _HELD_INSIDE
+    return int(row[0])
+
+
+#: The transaction after a strict increment's on PostgreSQL: one WAL record (any role may
+#: write one, at any ``wal_level``), so that its COMMIT waits for the WAL to be flushed up to
+#: it, which covers the increment's own commit.
+_FLUSH = "BEGIN; SELECT pg_logical_emit_message(true, 'django_sequences', ''); COMMIT"
+
+#: Per private PostgreSQL connection (by wrapper alias): whether its role may run ``_FLUSH``.
+_flush_allowed: dict[str, bool] = {}
+
+
+def _flushes_after(w: BaseDatabaseWrapper) -> bool:
+    """Whether the strict increment on private PostgreSQL connection ``w`` commits first and
+    waits for the flush after (:func:`_pg_flushed_after`): psycopg 3, whose ``ClientCursor``
+    sends several statements in one round trip, and a role allowed to write the WAL record
+    (asked once per alias; a server that refuses it keeps the increment and its flush in one
+    commit)."""
+    allowed = _flush_allowed.get(w.alias)
+    if allowed is None:
+        driver = getattr(w, "Database", None)  # (the backend's driver module)
+        allowed = hasattr(driver, "ClientCursor")
+        if allowed:
+            with w.cursor() as c:
+                c.execute(
+                    "SELECT has_function_privilege("
+                    "'pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
+                )
+                row = c.fetchone()
+            allowed = bool(row and row[0])
+        _flush_allowed[w.alias] = allowed
+    return allowed
+
+
+def _pg_flushed_after(
+    w: BaseDatabaseWrapper, sql: str, params: list[Any]
+) -> tuple[Any, ...] | None:
+    """Run the strict increment on private PostgreSQL connection ``w`` with the counter row
+    locked inside the server only: one round trip, ``BEGIN; SET LOCAL synchronous_commit TO
+    off; <the increment>; COMMIT;`` then ``_FLUSH``. The row's lock is released when the first
+    COMMIT is written, without waiting for the disk; the second COMMIT waits (with the
+    session's own ``synchronous_commit``: on the synchronous standbys too, where there are
+    some) for the flush of the WAL up to it, which holds the first. So the writers of one row,
+    in every process, take turns at the speed of the server, and their flushes are shared; a
+    value is returned only once it is durable. A crash between the two commits may lose the
+    increment, but its value was returned to nobody. The row the increment returned, or None
+    when the row must go the long way (missing, at its bound, moved by another server)."""
+    raw = w.connection
+    with w.wrap_database_errors:
+        cursor = w.Database.ClientCursor(raw)  # type: ignore[attr-defined]
+        try:
+            cursor.execute(
+                f"BEGIN; SET LOCAL synchronous_commit TO off; {sql}; COMMIT; {_FLUSH}", params
+            )
+            found: Any = None
+            seen = False
+            while True:
+                if not seen and cursor.description is not None:
+                    found, seen = cursor.fetchone(), True  # the increment's RETURNING
+                if not cursor.nextset():
+                    break
+        except BaseException:
+            with contextlib.suppress(Exception):  # (a dead connection: on_private drops it)
+                raw.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+    return None if found is None else tuple(found)
 
 
 #: Private PostgreSQL connections (by wrapper alias) on which a prepared statement failed: a
@@ -382,7 +496,9 @@ def _pooled(w: BaseDatabaseWrapper) -> bool:
     return bool(w.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
 
 
-def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> int | None:
+def _pg_prepared_returning(
+    w: BaseDatabaseWrapper, sql: str, params: list[Any]
+) -> tuple[Any, ...] | None:
     """Run the strict increment as a prepared statement on private connection ``w``.
 
     Django's PostgreSQL cursors bind parameters on the client, so the server parses and plans
@@ -406,7 +522,7 @@ def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) 
     if found is None or found[0] is not raw or found[1].closed:
         if _pooled(w):
             _unprepared.add(w.alias)  # the project said a pooler sits in front
-            return _returning(w, sql, params)
+            return _returning_row(w, sql, params)
         if raw.prepare_threshold is None:
             raw.prepare_threshold = 5  # only server-binding cursors (this one) prepare
         found = _pg_cursors[w.alias] = (raw, psycopg.Cursor(raw))
@@ -425,9 +541,9 @@ def _pg_prepared_returning(w: BaseDatabaseWrapper, sql: str, params: list[Any]) 
                 cur.close()
             if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 raise  # not the autocommit state this relies on: let _on_private reconnect
-            return _returning(w, sql, params)
+            return _returning_row(w, sql, params)
         row = cur.fetchone()
-    return None if row is None else int(row[0])
+    return None if row is None else tuple(row)
 
 
 #: Told of every lease of a counter row (the one place they all pass): ``(sequence, seconds,
@@ -536,7 +652,12 @@ def _lease_sql(model: RowModel, w: BaseDatabaseWrapper) -> _LeaseSQL:
         elif w.vendor == "postgresql" or (
             w.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
         ):
-            increment = f"UPDATE {t} SET {value} = {value} + %s, {sets} {where} RETURNING {value}"
+            returning = f"RETURNING {value}"
+            if w.vendor == "postgresql":
+                # and how long the statement waited, mostly for the row's lock (its start is
+                # when the server received it): see _pg_private_increment
+                returning += ", clock_timestamp() - statement_timestamp()"
+            increment = f"UPDATE {t} SET {value} = {value} + %s, {sets} {where} {returning}"
         else:  # other backends: the optimistic lease, one value at a time
             increment = None
         found = _sql_cache[(model, w.vendor)] = _LeaseSQL(

@@ -179,4 +179,11 @@ class StrictStrategy(Strategy):
                 model, keys[shard], count, using=alias, sequence=spec.name, gapless=gapless
             )
 
-        return StrictGenerator(spec.name, increment, shards=shards)
+        def combinable() -> bool:
+            # on the private connection, committed at once: callers of this process may share
+            # an increment (never inside a caller's own transaction)
+            return not joins_callers_transaction(alias)
+
+        return StrictGenerator(
+            spec.name, increment, shards=shards, combinable=None if gapless else combinable
+        )

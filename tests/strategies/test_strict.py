@@ -140,14 +140,17 @@ def test_bad_options(options: dict[str, object], message: str) -> None:
 
 
 def test_postgresql_prepares_the_increment_and_falls_back_when_the_server_forgets_it(
-    vendor: str,
+    vendor: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On PostgreSQL the private connection runs the increment as a prepared statement. A
-    server that loses it (as PgBouncer in transaction mode does) makes the alias run it
-    unprepared, on the same connection, then and for good; no value is lost or repeated."""
+    """On PostgreSQL the private connection runs the increment of a row nobody else is
+    writing as a prepared statement. A server that loses it (as PgBouncer in transaction mode
+    does) makes the alias run it unprepared, on the same connection, then and for good; no
+    value is lost or repeated."""
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL only")
     from django_sequences.sources import rows as row_store
+
+    monkeypatch.setattr(row_store, "_flushes_after", lambda w: False)
     from django_sequences.sources.connections import private_connection
 
     Sequence.objects.define("inv", strategy="strict")
@@ -171,13 +174,15 @@ def test_postgresql_prepares_the_increment_and_falls_back_when_the_server_forget
 
 
 def test_postgresql_prepare_threshold_none_in_options_means_no_prepared_statements(
-    vendor: str,
+    vendor: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A project behind a pooler sets OPTIONS["prepare_threshold"] = None (Django's advice);
     the private connection then never prepares."""
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL only")
     from django_sequences.sources import rows as row_store
+
+    monkeypatch.setattr(row_store, "_flushes_after", lambda w: False)
     from django_sequences.sources.connections import private_connection
 
     Sequence.objects.define("inv", strategy="strict")

@@ -87,7 +87,10 @@ class PrivateServer:
     #: the user the server runs as when the tests run as root (None: root itself)
     user: str | None = None
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        #: the server's own durability settings (its flushes at every commit) instead of the
+        #: fast ones a test database gets
+        self.durable = durable
         self.root = Path(tempfile.mkdtemp(prefix=f"dsq-test-{self.kind}-"))
         self.root.chmod(0o755)  # (the server's user must enter it)
         self.port = free_port()
@@ -156,6 +159,19 @@ class PrivateServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+        deadline = time.monotonic() + 30
+        while port_open(self.port) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        """``kill -9`` the server and every process it started (its process group: a crash,
+        no shutdown at all), and wait until its port is closed."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # (start_new_session: its own group)
+        proc.wait(30)
         deadline = time.monotonic() + 30
         while port_open(self.port) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -254,11 +270,10 @@ class PrivatePostgres(PrivateServer):
         settings = {
             "listen_addresses": "127.0.0.1",
             "unix_socket_directories": str(self.root),
-            "fsync": "off",  # nothing here crashes the machine: a test database
-            "synchronous_commit": "off",
-            "full_page_writes": "off",
             "max_connections": "100",
         }
+        if not self.durable:  # nothing here crashes the machine: a test database
+            settings.update(fsync="off", synchronous_commit="off", full_page_writes="off")
         options = [arg for k, v in settings.items() for arg in ("-c", f"{k}={v}")]
         return [pg_bin("postgres"), "-D", str(self.data), "-p", str(self.port), *options]
 
@@ -318,7 +333,7 @@ class PrivateMariaDB(PrivateServer):
             "--bind-address=127.0.0.1",
             "--skip-name-resolve",
             "--skip-log-bin",
-            "--innodb-flush-log-at-trx-commit=2",
+            *([] if self.durable else ["--innodb-flush-log-at-trx-commit=2"]),
             "--innodb-buffer-pool-size=64M",
             "--max-connections=200",
             *self._mysql_user(),
@@ -351,12 +366,13 @@ class PrivateMariaDB(PrivateServer):
 PrivateDatabase = PrivatePostgres | PrivateMariaDB
 
 
-def private_database(vendor: str) -> PrivateDatabase:
-    """A private server of Django vendor ``vendor`` ("postgresql" or "mysql"), not started."""
+def private_database(vendor: str, *, durable: bool = False) -> PrivateDatabase:
+    """A private server of Django vendor ``vendor`` ("postgresql" or "mysql"), not started;
+    ``durable``: with the server's own durability settings."""
     if vendor == "postgresql":
-        return PrivatePostgres()
+        return PrivatePostgres(durable=durable)
     if vendor == "mysql":
-        return PrivateMariaDB()
+        return PrivateMariaDB(durable=durable)
     raise ValueError(f"no private server for vendor {vendor!r}")
 
 

@@ -464,3 +464,56 @@ def spawned_stress(
     setup_django(db_env, db_name)
     sys.setswitchinterval(1e-6)
     stress_child(names, per_name, threads, seed, out)
+
+
+def timed_calls(name: str, threads: int, per_thread: int, out: Any) -> None:
+    """``threads`` threads make ``per_thread`` calls each of ``name`` (every fifth one a batch
+    of 3) and record each call's start and end (``time.monotonic()``: one clock for every
+    process of the machine) and values; all of them go back as one list of ``(start, end,
+    values)``."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    from django_sequences import next_value, next_values
+
+    calls: list[tuple[float, float, list[int]]] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        mine = []
+        try:
+            for k in range(per_thread):
+                start = time.monotonic()
+                got = list(next_values(name, 3)) if k % 5 == 4 else [next_value(name)]
+                mine.append((start, time.monotonic(), got))
+        except BaseException as exc:
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+            with lock:
+                calls.extend(mine)
+
+    started = [threading.Thread(target=work) for _ in range(threads)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join()
+    if errors:
+        out.put(("error", os.getpid(), errors[0]))
+    else:
+        out.put(("ok", os.getpid(), calls))
+
+
+def spawned_timed_calls(
+    db_env: dict[str, str], db_name: str, name: str, threads: int, per_thread: int, out: Any
+) -> None:
+    """:func:`timed_calls` in a child: a spawned one sets Django up first; a forked one has it
+    (the parent closed its connections before forking)."""
+    import django.conf
+
+    if not django.conf.settings.configured:
+        setup_django(db_env, db_name)
+    timed_calls(name, threads, per_thread, out)
