@@ -42,6 +42,14 @@ def _setup(argv: list[str] | None) -> argparse.Namespace:
     def arguments(ap: argparse.ArgumentParser) -> None:
         ap.add_argument("--seconds", type=float, default=3.0, help="per side and round")
         ap.add_argument("--rounds", type=int, default=3)
+        ap.add_argument(
+            "--standby-ms",
+            type=float,
+            default=None,
+            help="PostgreSQL: run on a private primary whose commits wait for a synchronous "
+            "standby that receives the WAL this many ms late (a slow flush), not on the "
+            "shared server",
+        )
 
     return setup(
         "python -m benchmarks.strict",
@@ -139,8 +147,47 @@ def run_processes(
     return [v for values, _ in results for v in values], rate
 
 
+@contextlib.contextmanager
+def slow_commits(ms: float | None) -> Iterator[str]:
+    """With ``ms``: the default database is a private PostgreSQL primary (fsync off) whose
+    every commit waits for a synchronous standby that gets the WAL ``ms`` late through a
+    proxy: a commit then takes about ``ms`` whatever the machine's disk, as a slow disk or a
+    distant synchronous standby makes it. Yields what the table says of the server."""
+    if ms is None:
+        yield "the shared server"
+        return
+    from django.db import connections
+
+    from tests.support.tcpproxy import TcpProxy
+
+    from .topology import DB_NAME, PgPair
+
+    pair = PgPair(sync=True)
+    proxy = TcpProxy("127.0.0.1", pair.primary.port)
+    proxy.__enter__()
+    proxy.delay = ms / 1000
+    try:
+        pair.setup(via_port=proxy.port)
+        for settings in (connections.settings["default"], connections["default"].settings_dict):
+            settings.update(HOST="127.0.0.1", PORT=str(pair.primary.port), NAME=DB_NAME)
+        yield (
+            f"a private primary whose commits wait for a synchronous standby receiving the "
+            f"WAL {ms:g} ms late"
+        )
+    finally:
+        proxy.close()
+        pair.teardown()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _setup(argv)
+    if args.standby_ms is not None and args.db != "postgresql":
+        raise SystemExit("--standby-ms: PostgreSQL only")
+    with slow_commits(args.standby_ms) as where:
+        return _main(args, where)
+
+
+def _main(args: argparse.Namespace, where: str) -> int:
     from django.db import connection
 
     from django_sequences import next_value
@@ -199,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     one = best["now 1"]
     print(f"\n### Strict order as writers are added ({args.db})\n")
     print(
-        f"One counter row, `next_value` in a loop, {seconds:g} s per side, best of {rounds} "
-        f"round(s) taking turns; {platform.python_version()}, {os.cpu_count()} cores.\n"
+        f"One counter row on {where}, `next_value` in a loop, {seconds:g} s per side, best of "
+        f"{rounds} round(s) taking turns; {platform.python_version()}, {os.cpu_count()} cores.\n"
     )
     print("| writers | strict now | x 1 thread | target | the way before | now / before |")
     print("| --- | ---: | ---: | --- | ---: | ---: |")

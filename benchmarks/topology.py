@@ -176,7 +176,9 @@ class PgPair(_Base):
         self.sync = sync
         self._stopped_sender: int | None = None
 
-    def setup(self) -> None:
+    def setup(self, *, via_port: int | None = None) -> None:
+        """``via_port``: the standby streams from the primary through this port (a proxy of
+        the caller's that forwards to the primary)."""
         self.primary.initdb()
         self.primary.start()
         self.primary.psql(f"CREATE DATABASE {DB_NAME}")
@@ -195,6 +197,10 @@ class PgPair(_Base):
             "fast",
         ]
         _run(["runuser", "-u", "postgres", "--", *basebackup, "--no-sync"])
+        if via_port is not None:
+            auto = self.standby.data / "postgresql.auto.conf"
+            text = auto.read_text().replace(f"port={self.primary.port}", f"port={via_port}")
+            auto.write_text(text)
         self.standby.start()
         _wait(self.streaming, 30, "the standby to stream")
         if self.sync:  # only now: a commit would wait for a standby not yet there

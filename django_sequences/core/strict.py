@@ -35,6 +35,7 @@ cached to give them back to; with ``gapless`` the caller's rollback gives them b
 from __future__ import annotations
 
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 
@@ -45,6 +46,11 @@ from .base import Status
 #: ``increment(shard, count)`` -> ``(first, last)`` counter values of that shard's row; may
 #: return fewer than ``count`` at the row's limit.
 IncrementFn = Callable[[int, int], tuple[int, int]]
+
+
+#: At most this many times a leader hands the GIL over while callers of the last increment
+#: come back to join the next one.
+_GATHER_YIELDS = 4
 
 
 class _Request:
@@ -83,6 +89,7 @@ class StrictGenerator:
         self._cond = threading.Condition(self._lock)
         self._queues: list[list[_Request]] = [[] for _ in range(shards)]
         self._busy = [False] * shards
+        self._joined = [0] * shards  # how many requests the last increment of a shard served
         self._round_robin = 0
         self._calls = 0
         self._issued = 0
@@ -95,6 +102,7 @@ class StrictGenerator:
         self._cond = threading.Condition(self._lock)
         self._queues = [[] for _ in range(self._shards)]
         self._busy = [False] * self._shards
+        self._joined = [0] * self._shards
 
     def shard_of(self, key: str) -> int:
         """The shard a sub-key maps to: the same in every process and every run."""
@@ -140,8 +148,25 @@ class StrictGenerator:
                 return self._result(request)
             # no increment of this shard in flight: lead one for everything queued
             self._busy[shard] = True
-            batch = self._queues[shard]
-            self._queues[shard] = []
+            gather = self._joined[shard] > 1
+            if not gather:
+                batch = self._queues[shard]
+                self._queues[shard] = []
+        if gather:
+            # the last increment served several callers: they are about to ask again, and
+            # were woken only now (each needs the GIL). Hand it over once, so that their
+            # requests join this increment rather than the next.
+            seen = -1
+            for _ in range(_GATHER_YIELDS):
+                time.sleep(0)
+                with cond:
+                    queued = len(self._queues[shard])
+                if queued == seen or queued >= self._joined[shard]:
+                    break  # nobody joined since the last look, or everyone is back
+                seen = queued
+            with cond:
+                batch = self._queues[shard]
+                self._queues[shard] = []
         try:
             pending = batch
             while pending:
@@ -154,6 +179,7 @@ class StrictGenerator:
             raise
         finally:
             with cond:
+                self._joined[shard] = len(batch)
                 for r in batch:
                     r.done = True
                     if r.error is None:

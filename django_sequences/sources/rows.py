@@ -15,7 +15,6 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from django.apps import apps
@@ -375,14 +374,15 @@ def _returning_row(w: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple
     return None if row is None else tuple(row)
 
 
-#: A strict increment on PostgreSQL that waited this long for its row (other processes held
-#: it) makes the next ones of that row hold it inside the server only, for ``_HELD_INSIDE``
-#: seconds after the last such wait.
-_WAITED = timedelta(milliseconds=1)
+#: When the strict increments of a PostgreSQL row wait this long on average (seconds, a moving
+#: average over the last eight or so) for the row, other processes hold it: its increments
+#: then hold it inside the server only, for ``_HELD_INSIDE`` seconds, and are measured anew.
+_WAITED = 0.001
 _HELD_INSIDE = 2.0
 #: By counter-row key: until when (``time.monotonic()``) its increments commit before their
-#: flush (:func:`_pg_flushed_after`).
+#: flush (:func:`_pg_flushed_after`), and the moving average of their waits.
 _held_inside_until: dict[str, float] = {}
+_waits: dict[str, float] = {}
 
 
 def _pg_private_increment(
@@ -392,24 +392,30 @@ def _pg_private_increment(
     the new value, or None when the row must go the long way.
 
     A row nobody else is writing is incremented by one prepared statement whose commit waits
-    for its flush (:func:`_pg_prepared_returning`): the fastest for one writer. When the
-    statement reports that it waited ``_WAITED`` or more (other processes held the row: where
-    flushes are slow, mostly while their commits waited for the disk), the increments of that
-    row commit first and wait for their flush after, for ``_HELD_INSIDE`` seconds after the
-    last such wait (:func:`_pg_flushed_after`): the row is then locked inside the server only,
-    and the writers' flushes are shared. Where the role may not write the flush's WAL record,
+    for its flush (:func:`_pg_prepared_returning`): the fastest for one writer, and where
+    flushes are fast, for many. When the statements report that they wait ``_WAITED`` or more
+    on average (other processes hold the row: where flushes are slow, mostly while their
+    commits wait for the disk), the increments of that row commit first and wait for their
+    flush after, for ``_HELD_INSIDE`` seconds (:func:`_pg_flushed_after`): the row is then
+    locked inside the server only, and the writers' flushes are shared. An average rather than
+    one wait: one slow wait (a process descheduled) is not a slow disk, and the second way
+    costs the server a second transaction. Where the role may not write the flush's WAL record,
     always the first way."""
     now = time.monotonic()
     if _held_inside_until.get(key, 0.0) > now and _flushes_after(w):
         row = _pg_flushed_after(w, sql, params)
-    elif w.alias not in _unprepared:
+        return None if row is None else int(row[0])
+    if w.alias not in _unprepared:
         row = _pg_prepared_returning(w, sql, params)
     else:
         row = _returning_row(w, sql, params)
     if row is None:
         return None
-    if row[1] >= _WAITED:
+    average = _waits.get(key, 0.0) * 0.875 + row[1].total_seconds() * 0.125
+    if average >= _WAITED:
         _held_inside_until[key] = now + _HELD_INSIDE
+        average = 0.0  # measured anew when the row is next incremented the first way
+    _waits[key] = average
     return int(row[0])
 
 
