@@ -201,11 +201,13 @@ def _main(args: argparse.Namespace, where: str) -> int:
     creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
     vendor = connection.vendor
     best: dict[str, float] = {}
+    every: dict[str, list[float]] = {}  # each round's figure, by side
     issued: dict[bool, list[int]] = {False: [], True: []}
 
     def record(label: str, values: list[int], rate: float, before: bool) -> None:
         issued[before].extend(values)
         best[label] = max(best.get(label, 0.0), rate)
+        every.setdefault(label, []).append(rate)
 
     try:
         Sequence.objects.define(NAME, strategy="strict")
@@ -267,6 +269,10 @@ def _main(args: argparse.Namespace, where: str) -> int:
     print(f"| django-sequences `get_next_value`, 1 thread | {best['peer']:,.0f}/s | | | | |")
     if "nextval" in best:
         print(f"| PostgreSQL `SELECT nextval()`, 1 thread | {best['nextval']:,.0f}/s | | | | |")
+    rounds_seen = "; ".join(
+        f"{label}: " + ", ".join(f"{r:,.0f}" for r in rates) for label, rates in every.items()
+    )
+    print(f"\nEach round (values/s): {rounds_seen}.")
     print(f"\nValues issued: {len(all_values):,}; duplicates: {duplicates}.")
     return 0 if duplicates == 0 else 1
 
