@@ -194,6 +194,12 @@ def problems(raw: object, database_aliases: set[str] | None = None) -> list[Prob
                 Problem("django_sequences.E002", f"{SETTING} has unknown key {key!r}.", hint)
             )
     s = {**DEFAULTS, **under_new_names(raw)}
+    # a renamed setting given under its old name is reported under the name the project wrote
+    said = {new: old for old, new in RENAMED.items() if old in raw and new not in raw}
+
+    def _type(key: str, what: str, s: dict[str, Any]) -> Problem:
+        return _wrong(key, what, s, said.get(key))
+
     for key in ("AUTO_CREATE", "WRITER_GUARD", "METRICS"):
         if not isinstance(s[key], bool):
             out.append(_type(key, "True or False", s))
@@ -333,7 +339,7 @@ def _http_problems(s: dict[str, Any]) -> list[Problem]:
     known = DEFAULTS["HTTP_TOKEN_LIMITS"]
     limits = s["HTTP_TOKEN_LIMITS"]
     if not isinstance(limits, dict):
-        out.append(_type("HTTP_TOKEN_LIMITS", f"a dict with the keys {', '.join(known)}", s))
+        out.append(_wrong("HTTP_TOKEN_LIMITS", f"a dict with the keys {', '.join(known)}", s))
         limits = {}
     for key, value in limits.items():
         where = f"{SETTING}['HTTP_TOKEN_LIMITS'][{key!r}]"
@@ -359,15 +365,17 @@ def _http_problems(s: dict[str, Any]) -> list[Problem]:
                 )
             )
     if not isinstance(s["HTTP_RATE_CACHE"], str) or not s["HTTP_RATE_CACHE"]:
-        out.append(_type("HTTP_RATE_CACHE", "a key of CACHES (a str)", s))
+        out.append(_wrong("HTTP_RATE_CACHE", "a key of CACHES (a str)", s))
     return out
 
 
-def _type(key: str, what: str, s: dict[str, Any]) -> Problem:
+def _wrong(key: str, what: str, s: dict[str, Any], given: str | None = None) -> Problem:
+    """E003 for setting ``key`` (given under its old name ``given``, where it was)."""
+    renamed = f" Its new name is {key!r}." if given else ""
     return Problem(
         "django_sequences.E003",
-        f"{SETTING}[{key!r}] must be {what}; got {s[key]!r}.",
-        f"The default is {DEFAULTS[key]!r}.",
+        f"{SETTING}[{(given or key)!r}] must be {what}; got {s[key]!r}.",
+        f"The default is {DEFAULTS[key]!r}.{renamed}",
     )
 
 

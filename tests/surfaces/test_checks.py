@@ -75,8 +75,13 @@ def test_a_setting_under_its_old_name_still_works_and_warns(old: str, new: str) 
         (msg,) = check_renamed_settings()
     assert msg.id == "django_sequences.W050"
     assert repr(new) in (msg.hint or "")
-    # a bad value under the old name is refused as it would be under the new one
-    assert ids({old: "x"}) == ["django_sequences.E003"]
+    # a bad value under the old name is refused as it would be under the new one, by the name
+    # the project wrote, with the new one in the hint
+    with override_settings(DJANGO_SEQUENCES={old: "x"}):
+        (bad,) = check_settings()
+    assert bad.id == "django_sequences.E003"
+    assert f"[{old!r}]" in bad.msg and repr(new) not in bad.msg
+    assert f"Its new name is {new!r}." in (bad.hint or "")
     # both names: the new one wins, and the check asks to drop the old one
     assert ids({old: value, new: value}) == ["django_sequences.E019"]
 
