@@ -26,7 +26,7 @@ from .conf import (
 from .core.base import SequenceSpec
 from .core.snowflake import Layout
 from .core.validation import check_bounds, check_name
-from .definitions import check_voided
+from .definitions import check_document_days, check_voided
 from .exceptions import ConfigurationError, InvalidDefinition, InvalidName, SequenceError
 from .fields import SequenceField
 from .formats.parts import part_name_for, part_name_problem, unregistered_parts
@@ -531,6 +531,7 @@ def _sequence_problems(seqs: object, s: dict[str, Any]) -> list[Problem]:
             if not isinstance(d["options"], dict):
                 raise InvalidDefinition(f"options must be a dict, not {d['options']!r}")
             check_voided(name, d["voided"])
+            check_document_days(name, d["document_days_back"], d["document_days_ahead"])
             validate(SequenceSpec(name=name, **d))
         except (InvalidName, InvalidDefinition) as exc:
             if getattr(exc, "field", None) == "OBFUSCATION_KEY":

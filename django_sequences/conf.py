@@ -146,6 +146,8 @@ SEQUENCE_FIELDS = (
     "options",
     "reset",
     "voided",
+    "document_days_back",
+    "document_days_ahead",
 )
 #: What a sequence's reservations do with voided and expired numbers (the ``voided`` field).
 VOIDED_POLICIES = ("keep", "reuse")
@@ -398,6 +400,8 @@ def sequence_defaults(opts: dict[str, Any], s: dict[str, Any] | None = None) -> 
         "options": options,
         "reset": opts.get("reset", ""),
         "voided": opts.get("voided", "keep"),
+        "document_days_back": opts.get("document_days_back"),
+        "document_days_ahead": opts.get("document_days_ahead", 0),
     }
 
 

@@ -63,6 +63,9 @@ def _update_definition(
     check_bounds(declared["step"], declared["min_value"], declared["max_value"])
     check_options(stored.name, declared["options"])
     check_voided(stored.name, declared["voided"])
+    check_document_days(
+        stored.name, declared["document_days_back"], declared["document_days_ahead"]
+    )
     new = SequenceSpec(name=stored.name, key_salt=stored.key_salt, **declared)
     validate(new)
     check_reuse(new)
@@ -95,6 +98,7 @@ def checked_spec(name: str, **given: Any) -> SequenceSpec:
         raise InvalidDefinition(f"cycle must be True or False; got {shown(f['cycle'])}.")
     check_options(name, f["options"])
     check_voided(name, f["voided"])
+    check_document_days(name, f["document_days_back"], f["document_days_ahead"])
     spec = SequenceSpec(name=name, **{**f, "options": f["options"] or {}})
     validate(spec)
     check_reuse(spec)
@@ -133,6 +137,32 @@ def check_options(name: str, options: object) -> None:
             f"Sequence {name!r}: options must not hold NUL characters (a database cannot store "
             f"them)."
         )
+
+
+#: The most days a document date may lie before or after today (a century).
+MAX_DOCUMENT_DAYS = 36_500
+
+
+def check_document_days(name: str, back: object, ahead: object) -> None:
+    """Raise :class:`InvalidDefinition` unless ``back`` (None or a number of days) and
+    ``ahead`` (a number of days) are ints from 0 to :data:`MAX_DOCUMENT_DAYS`."""
+    for field, days, blank in (
+        ("document_days_back", back, True),
+        ("document_days_ahead", ahead, False),
+    ):
+        if days is None and blank:
+            continue
+        if (
+            isinstance(days, bool)
+            or not isinstance(days, int)
+            or not 0 <= days <= MAX_DOCUMENT_DAYS
+        ):
+            raise InvalidDefinition(
+                f"Sequence {name!r}: {field} is a number of days from 0 to "
+                f"{MAX_DOCUMENT_DAYS}{' or None (any date back)' if blank else ''}; got "
+                f"{shown(days)}.",
+                field=field,
+            )
 
 
 def check_voided(name: str, voided: object) -> None:
@@ -296,7 +326,21 @@ class SequenceManager(models.Manager[Any]):
             found = select(connections[alias], qs)
         if not found:
             return None
-        stored, strategy, step, lo, hi, cycle, template, options, reset, voided, salt = found[0]
+        (
+            stored,
+            strategy,
+            step,
+            lo,
+            hi,
+            cycle,
+            template,
+            options,
+            reset,
+            voided,
+            back,
+            ahead,
+            salt,
+        ) = found[0]
         return SequenceSpec(
             # the stored spelling: every store key derives from the definition, never from
             # the caller's spelling (a case-insensitive collation would match another one)
@@ -310,6 +354,8 @@ class SequenceManager(models.Manager[Any]):
             options=options if isinstance(options, dict) else {},
             reset=reset,
             voided=voided,
+            document_days_back=back,
+            document_days_ahead=ahead,
             key_salt=salt,
         )
 
@@ -492,6 +538,8 @@ class SequenceManager(models.Manager[Any]):
         options: dict[str, Any] | None = None,
         reset: str = "",
         voided: str = "keep",
+        document_days_back: int | None = None,
+        document_days_ahead: int = 0,
         using: str | None = None,
         exist_ok: bool = False,
     ) -> Any:
@@ -503,6 +551,10 @@ class SequenceManager(models.Manager[Any]):
         ``voided``: what reservations (``reserve_number``, ``strict`` sequences only) do with
         voided and expired numbers: ``"keep"`` them as explained gaps, or ``"reuse"`` them
         (the lowest first).
+
+        ``document_days_back`` and ``document_days_ahead``: how far before and after today a
+        document date (``next_number(at=...)``, ``reserve_number(at=...)``) may lie (None: any
+        date back).
 
         With ``exist_ok`` an existing sequence of that name is returned unchanged.
         """
@@ -517,6 +569,8 @@ class SequenceManager(models.Manager[Any]):
             options=options,
             reset=reset,
             voided=voided,
+            document_days_back=document_days_back,
+            document_days_ahead=document_days_ahead,
         )
         alias = resolve_alias(using)
         seq = self.model(name=name, **{f: getattr(spec, f) for f in SEQUENCE_FIELDS})

@@ -153,6 +153,12 @@ class InvalidCount(SequenceError, ValueError):
     """A batch size outside 1 … ``MAX_BATCH``, or not an integer."""
 
 
+class InvalidDocumentDate(SequenceError, ValueError):
+    """A document date (``at=``) that is not a date or datetime, or lies outside what the
+    sequence's definition accepts (``document_days_back``, ``document_days_ahead``). Nothing
+    was taken."""
+
+
 class InvalidKey(SequenceError, ValueError):
     """A sub-key given to a sequence that takes none, or a bad sub-key; or a template's context
     value that is missing or unfit. ``field``: for a context value, ``"ctx.NAME"`` (else None);
@@ -264,6 +270,7 @@ __all__ = [
     "ConfigurationError",
     "InvalidCount",
     "InvalidDefinition",
+    "InvalidDocumentDate",
     "InvalidKey",
     "InvalidName",
     "InvalidNumber",

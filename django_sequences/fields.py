@@ -47,13 +47,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import FieldDoesNotExist
 from django.db import models, router, transaction
 from django.db.models.signals import class_prepared, post_init, post_save, pre_save
 
 from .conf import docs_url
 from .core.base import SequenceSpec
 from .core.validation import BIGINT_MAX, MAX_NAME_LENGTH, check_name
-from .exceptions import InvalidDefinition, InvalidName, SequenceError
+from .exceptions import InvalidDefinition, InvalidDocumentDate, InvalidName, SequenceError
 from .issuing import next_value, next_values, refused
 from .numbers import NumberIssuer, issuer
 from .sources.callers import joins_callers_transaction
@@ -148,6 +149,8 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
     ``template`` overrides the sequence's own template for this field (the counter is still
     the sequence's). ``max_length`` defaults to the template's longest rendering when that is
     known at class creation, else 64; a system check fails when it is too short.
+    ``date_field``: the name of the model's ``DateField`` or ``DateTimeField`` holding the
+    document's date: the number goes in that date's period and shows it (``next_number(at=...)``).
     """
 
     description = "A number issued from a sequence"
@@ -160,9 +163,11 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
         using: str | None = None,
         reserve: bool = False,
         reserve_ttl: float | None = None,
+        date_field: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.template = template
+        self.date_field = date_field
         self.reserve = reserve
         self.reserve_ttl = reserve_ttl
         self._init_sequence(sequence, using, kwargs)
@@ -179,6 +184,8 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
             kwargs["reserve"] = True
         if self.reserve_ttl is not None:
             kwargs["reserve_ttl"] = self.reserve_ttl
+        if self.date_field is not None:
+            kwargs["date_field"] = self.date_field
         if kwargs.get("unique") is True:
             del kwargs["unique"]
         else:
@@ -192,6 +199,8 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
             return self._reserve(instance)
         found = issuer(self.sequence, self.using, self.template)
         try:
+            if self.date_field is not None:
+                return found.issue_at(self._date_of(instance), 1, [instance])[0]
             return found.issue(instance)
         except SequenceError as exc:
             refused(self.sequence, exc)
@@ -204,6 +213,11 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
             return [self._reserve(instance) for instance in instances]
         found = issuer(self.sequence, self.using, self.template)
         try:
+            if self.date_field is not None:
+                dates = [self._date_of(instance) for instance in instances]  # all checked first
+                if any(d != dates[0] for d in dates):  # several documents' dates: one by one
+                    return [self.issue(instance) for instance in instances]
+                return found.issue_at(dates[0], len(instances), list(instances))
             return found.issue_many(len(instances), list(instances))
         except SequenceError as exc:
             refused(self.sequence, exc)
@@ -216,18 +230,53 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
 
         context = _context_of(issuer(self.sequence, self.using), instance)
         try:
-            r = reserve_number(self.sequence, ttl=self.reserve_ttl, using=self.using, **context)
+            at = None if self.date_field is None else self._date_of(instance)
+            r = reserve_number(
+                self.sequence, ttl=self.reserve_ttl, using=self.using, at=at, **context
+            )
         except SequenceError as exc:
             refused(self.sequence, exc)
             raise
         _attach(r, instance)
         return r.number
 
+    def _date_of(self, instance: models.Model) -> Any:
+        """The document date of ``instance`` (its ``date_field``); refused when empty."""
+        assert self.date_field is not None
+        found = getattr(instance, self.date_field, None)
+        if found is None:
+            raise InvalidDocumentDate(
+                f"{type(instance).__name__}.{self.date_field} is empty, and {self.name} is "
+                f"numbered by that date: set it before saving (a field with auto_now_add, or "
+                f"a default, declared before {self.name} is filled first)."
+            )
+        return found
+
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         found = [*super().check(**kwargs), *self._check_sequence(), *self._check_template()]
         if self.reserve:
             found += self._check_reserve()
+        if self.date_field is not None:
+            found += self._check_date_field()
         return found
+
+    def _check_date_field(self) -> list[checks.CheckMessage]:
+        """``date_field`` names a ``DateField`` or ``DateTimeField`` of the model."""
+        try:
+            field = self.model._meta.get_field(str(self.date_field))
+        except FieldDoesNotExist:
+            field = None
+        if isinstance(field, models.DateField):  # (DateTimeField is a DateField)
+            return []
+        return [
+            checks.Error(
+                f"SequenceField date_field={self.date_field!r} is not a DateField or "
+                f"DateTimeField of {self.model.__name__}.",
+                hint="Name the field holding the document's date (e.g. date_field='issued_on').",
+                obj=self,
+                id="django_sequences.E020",
+            )
+        ]
 
     def _check_template(self) -> list[checks.CheckMessage]:
         """The template compiles, and its longest rendering fits ``max_length``. Uses the

@@ -133,6 +133,22 @@ class Sequence(_Bounds):
         ),
     )
     options = models.JSONField(_("options"), default=dict, blank=True)
+    document_days_back = models.PositiveIntegerField(
+        _("document dates: days back"),
+        null=True,
+        blank=True,
+        default=None,
+        help_text=_(
+            "How many days before today a document date (next_number(at=...)) may lie: its "
+            "number goes in that date's period. Blank: any date back."
+        ),
+    )
+    document_days_ahead = models.PositiveIntegerField(
+        _("document dates: days ahead"),
+        default=0,
+        db_default=0,
+        help_text=_("How many days after today a document date may lie (0: up to today)."),
+    )
     voided = models.CharField(
         _("voided numbers"),
         max_length=8,

@@ -47,7 +47,7 @@ from .formats.template import NO_FRAME
 from .periods import Periods
 from .signals import number_issued
 from .sources.connections import resolve_alias
-from .templating import check_template, compile_template, forget_compiled
+from .templating import check_template, compile_template, document_instant, forget_compiled
 
 if TYPE_CHECKING:
     from .core.plugins import Chain
@@ -199,18 +199,26 @@ class NumberIssuer:
             number_issued.send(self.name, numbers=[number], values=[value], using=self.using)
         return number
 
-    def issue_many(self, count: int, contexts: list[Any] | None = None) -> list[str]:
+    def issue_at(self, at: object, count: int = 1, contexts: list[Any] | None = None) -> list[str]:
+        """``count`` numbers dated ``at`` (a document date: ``templating.document_instant``):
+        in the period of that date, every date part showing it. The date is checked before
+        anything else (a refused one takes no value)."""
+        return self.issue_many(count, contexts, now=document_instant(self.spec, at, self._wall()))
+
+    def issue_many(
+        self, count: int, contexts: list[Any] | None = None, *, now: float | None = None
+    ) -> list[str]:
         """``count`` numbers from one batch of values. ``contexts`` gives one context per
         number (bulk_create), else all share ``None``. Every context is validated before the
-        values are taken."""
+        values are taken. ``now``: the instant they are issued at (default: the clock)."""
         if contexts is not None and len(contexts) != count:
             raise InvalidCount(
                 f"Sequence {self.name!r}: {len(contexts)} contexts for {count} numbers; give "
                 f"one context per number."
             )
         if self._chain is not None:
-            return self._issue_plugged(count, contexts or [None] * count)
-        values, numbers = self._render(count, contexts, self._wall())
+            return self._issue_plugged(count, contexts or [None] * count, now)
+        values, numbers = self._render(count, contexts, self._wall() if now is None else now)
         if number_issued.receivers:
             number_issued.send(self.name, numbers=numbers, values=values, using=self.using)
         return numbers
@@ -236,7 +244,9 @@ class NumberIssuer:
         gen = self.generator(self.stamp(now))
         return gen.take(count) if count > 1 else [gen.next()]
 
-    def _issue_plugged(self, count: int, contexts: list[Any]) -> list[str]:
+    def _issue_plugged(
+        self, count: int, contexts: list[Any], now: float | None = None
+    ) -> list[str]:
 
         chain = self._chain
         assert chain is not None
@@ -249,7 +259,7 @@ class NumberIssuer:
         )
         chain.before(event)
         try:
-            values, numbers = self._render(count, contexts, self._wall())
+            values, numbers = self._render(count, contexts, self._wall() if now is None else now)
         except BaseException as exc:
             chain.error(event, exc)
             raise
@@ -333,37 +343,48 @@ issuing.on_reset(reset)  # the issuers are built on the registry's generators
 # --- the public functions -------------------------------------------------------------------
 
 
-def next_number(name: str, *, using: str | None = None, **context: Any) -> str:
+def next_number(name: str, *, at: Any = None, using: str | None = None, **context: Any) -> str:
     """The next number of sequence ``name``: its next value rendered with its template.
 
-    Keyword arguments other than ``using`` are the context that ``{ctx.NAME}`` parts read.
+    ``at``: the document's date (a ``date`` or ``datetime``): the number goes in that date's
+    period and shows that date, instead of the clock's (within the definition's
+    ``document_days_back`` and ``document_days_ahead``). Keyword arguments other than ``at``
+    and ``using`` are the context that ``{ctx.NAME}`` parts read.
     """
     try:
         found = _by_alias[using][name]
     except (KeyError, TypeError):  # TypeError: an unhashable name or alias, refused there
         found = issuer(name, using)
     try:
+        if at is not None:
+            return found.issue_at(at, 1, [context or None])[0]
         return found.issue_one(context or None)
     except SequenceError as exc:
         _refused(name, exc)
         raise
 
 
-def next_numbers(name: str, count: int, *, using: str | None = None, **context: Any) -> list[str]:
-    """``count`` numbers of sequence ``name`` from one batch of values (one lease at most)."""
+def next_numbers(
+    name: str, count: int, *, at: Any = None, using: str | None = None, **context: Any
+) -> list[str]:
+    """``count`` numbers of sequence ``name`` from one batch of values (one lease at most);
+    ``at``: their document date, as for :func:`next_number`."""
 
     check_count(count, app_settings.MAX_BATCH)
     found = issuer(name, using)
     try:
-        if not context:
-            return found.issue_many(count)
-        return found.issue_many(count, [context] * count)
+        contexts = [context] * count if context else None
+        if at is not None:
+            return found.issue_at(at, count, contexts)
+        return found.issue_many(count, contexts)
     except SequenceError as exc:
         _refused(name, exc)
         raise
 
 
-async def anext_number(name: str, *, using: str | None = None, **context: Any) -> str:
+async def anext_number(
+    name: str, *, at: Any = None, using: str | None = None, **context: Any
+) -> str:
     """:func:`next_number` for async code: on the event loop when the value is in memory
     already, else in a thread (a lease may wait on the database)."""
     from asgiref.sync import sync_to_async
@@ -372,25 +393,25 @@ async def anext_number(name: str, *, using: str | None = None, **context: Any) -
         found = _issuers.get((using, name, None))
     except TypeError:  # an unhashable name or alias: next_number refuses it
         found = None
-    if found is not None:
+    if found is not None and at is None:
         number = found.try_issue(context or None)
         if number is not None:
             return number
 
     def run() -> str:
-        return next_number(name, using=using, **context)
+        return next_number(name, at=at, using=using, **context)
 
     return await sync_to_async(run, thread_sensitive=False)()
 
 
 async def anext_numbers(
-    name: str, count: int, *, using: str | None = None, **context: Any
+    name: str, count: int, *, at: Any = None, using: str | None = None, **context: Any
 ) -> list[str]:
     """:func:`next_numbers` off the event loop."""
     from asgiref.sync import sync_to_async
 
     def run() -> list[str]:
-        return next_numbers(name, count, using=using, **context)
+        return next_numbers(name, count, at=at, using=using, **context)
 
     return await sync_to_async(run, thread_sensitive=False)()
 

@@ -7,8 +7,10 @@ definitions with them); above ``formats/``, which knows nothing of settings.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from datetime import tzinfo
+from datetime import date, datetime, timedelta, tzinfo
+from datetime import time as clock_time
 from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
@@ -16,7 +18,7 @@ from django.conf import settings
 
 from .conf import SETTING
 from .core.base import SequenceSpec
-from .exceptions import ConfigurationError, InvalidDefinition
+from .exceptions import ConfigurationError, InvalidDefinition, InvalidDocumentDate
 from .formats.obfuscation import sequence_key
 from .formats.parts import part_name_problem
 from .formats.template import compile
@@ -190,3 +192,49 @@ def check_reuse(spec: SequenceSpec) -> None:
             f"first rendered with. Use voided='keep', or one sequence per context value.",
             field="voided",
         )
+
+
+def document_instant(spec: SequenceSpec, at: object, now: float | None = None) -> float:
+    """The instant (seconds since the epoch) a number of ``spec`` dated ``at`` is issued at:
+    its period, and every date its template shows, are those of ``at`` instead of the
+    clock's. ``at`` is a ``datetime`` (an aware one as it is; a naive one is local time in the
+    sequence's time zone, ``DJANGO_SEQUENCES["TIME_ZONE"]``, else ``TIME_ZONE``) or a ``date``
+    (its first second there). Raises :class:`InvalidDocumentDate` for anything else, and for a
+    date more than ``document_days_back`` days before today (there) or more than
+    ``document_days_ahead`` days after it; nothing is taken either way."""
+    tz = format_settings().tz
+    if isinstance(at, datetime):
+        moment = (
+            at if at.tzinfo is not None and at.utcoffset() is not None else at.replace(tzinfo=tz)
+        )
+    elif isinstance(at, date):
+        moment = datetime.combine(at, clock_time(), tzinfo=tz)
+        if moment.astimezone(tz).date() != at:  # midnight skipped there (a DST change)
+            moment = datetime.combine(at, clock_time(12), tzinfo=tz)
+    else:
+        raise InvalidDocumentDate(
+            f"Sequence {spec.name!r}: a document date (at=) is a date or a datetime, not "
+            f"{type(at).__name__}."
+        )
+    try:
+        instant = moment.timestamp()
+        day = datetime.fromtimestamp(instant, tz).date()
+    except (OverflowError, ValueError, OSError):
+        raise InvalidDocumentDate(
+            f"Sequence {spec.name!r}: document date {at!r} is outside the dates a number can show."
+        ) from None
+    today = datetime.fromtimestamp(time.time() if now is None else now, tz).date()
+    back, ahead = spec.document_days_back, spec.document_days_ahead
+    if back is not None and day < today - timedelta(days=back):
+        raise InvalidDocumentDate(
+            f"Sequence {spec.name!r} takes document dates from {back} day(s) before today "
+            f"({today.isoformat()} in {tz}); got {day.isoformat()}, {(today - day).days} days "
+            f"back. Give a later date, or raise the definition's document_days_back."
+        )
+    if day > today + timedelta(days=ahead):
+        raise InvalidDocumentDate(
+            f"Sequence {spec.name!r} takes document dates up to {ahead} day(s) after today "
+            f"({today.isoformat()} in {tz}); got {day.isoformat()}, {(day - today).days} days "
+            f"ahead. Give an earlier date, or raise the definition's document_days_ahead."
+        )
+    return instant

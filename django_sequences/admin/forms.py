@@ -88,6 +88,17 @@ class SequenceForm(forms.ModelForm):
         ),
     )
 
+    def clean_document_days_ahead(self) -> int:
+        """Left out (a form posted by a script written before the field was): 0, the
+        default."""
+        days = self.cleaned_data.get("document_days_ahead")
+        return 0 if days is None else int(days)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "document_days_ahead" in self.fields:
+            self.fields["document_days_ahead"].required = False
+
     class Meta:
         model = Sequence
         fields = (
@@ -101,6 +112,8 @@ class SequenceForm(forms.ModelForm):
             "template",
             "reset",
             "voided",
+            "document_days_back",
+            "document_days_ahead",
         )
         # wide enough for a long template and a 19-digit bound (admin.css)
         widgets = {

@@ -114,6 +114,7 @@ class SequenceAdmin(admin.ModelAdmin):
         (None, {"fields": ("name", "strategy", "options")}),
         (_("Counting"), {"fields": ("step", "min_value", "max_value", "cycle")}),
         (_("Numbers"), {"fields": ("template", "reset", "preview_context", "next_numbers")}),
+        (_("Document dates"), {"fields": ("document_days_back", "document_days_ahead")}),
         (_("Reservations"), {"fields": ("voided",)}),
         (_("Times"), {"fields": ("created_at", "updated_at")}),
     )

@@ -27,6 +27,11 @@ class SequenceSpec:
     "year", "month", "day", "hour", "minute" or "second"."""
     voided: str = "keep"
     """What reservations do with voided and expired numbers: "keep" or "reuse"."""
+    document_days_back: int | None = None
+    """How many days before today a document date (``next_number(at=...)``) may lie; None:
+    any."""
+    document_days_ahead: int = 0
+    """How many days after today a document date may lie."""
     key_salt: str = ""
     """Makes the definition's obfuscation key its own (``formats.obfuscation.sequence_key``);
     "" for a definition made before keys were per sequence, which keeps the project's key."""

@@ -28,7 +28,7 @@ from ..exceptions import (
 from ..formats.keys import period_key
 from ..models import ApiToken, Reservation, Sequence
 from ..sources.connections import resolve_alias
-from ..templating import compile_template
+from ..templating import compile_template, document_instant
 from . import writes
 from .reserved import ReservedNumber, check_actor, in_thread, of_row
 from .writes import FIELDS
@@ -45,13 +45,15 @@ def reserve_number(
     using: str | None = None,
     token: ApiToken | None = None,
     label: str = "",
+    at: Any = None,
     **context: Any,
 ) -> ReservedNumber:
     """Reserve the next number of ``strict`` sequence ``name`` for ``ttl`` seconds (default
     ``DJANGO_SEQUENCES["RESERVATION_TTL"]``). ``context``: what the template's ``{ctx.NAME}``
     parts read. ``token``: the API token it is reserved for (the JSON API's; it then belongs
-    to that token), ``label``: what its client said it was. Every argument is checked before
-    a value is taken (I10)."""
+    to that token), ``label``: what its client said it was. ``at``: the document's date, as
+    for :func:`~django_sequences.next_number` (the number goes in that date's period). Every
+    argument is checked before a value is taken (I10)."""
     seconds = _ttl(ttl)
     who = {
         "actor": check_actor(actor),
@@ -64,7 +66,7 @@ def reserve_number(
     built = issuing.build(name, using)
     spec = built.spec
     check_reservable(spec)
-    wall = time.time()
+    wall = time.time() if at is None else document_instant(spec, at)
     render: Callable[[int], str] = str  # no template: the number is the value
     key = spec.name
     if spec.template:
@@ -122,12 +124,13 @@ async def areserve_number(
     using: str | None = None,
     token: ApiToken | None = None,
     label: str = "",
+    at: Any = None,
     **context: Any,
 ) -> ReservedNumber:
     """:func:`reserve_number` off the event loop (it waits on the database)."""
     return await in_thread(
         lambda: reserve_number(
-            name, ttl=ttl, actor=actor, using=using, token=token, label=label, **context
+            name, ttl=ttl, actor=actor, using=using, token=token, label=label, at=at, **context
         )
     )
 

@@ -10,6 +10,7 @@ written.
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
@@ -30,6 +31,8 @@ FIELDS = {
     "reset": "reset",
     "voided": "voided",
     "cycle": "cycle",
+    "document_days_back": "document_days_back",
+    "document_days_ahead": "document_days_ahead",
 }
 
 
@@ -93,6 +96,19 @@ class Command(SequenceCommand):
             "with their reason, or reuse them (the next reservation takes the lowest)",
         )
         parser.add_argument(
+            "--document-days-back",
+            type=_days_or_any,
+            metavar="DAYS",
+            help="how many days before today a document date (next_number(at=...)) may lie; "
+            "'any' for no limit",
+        )
+        parser.add_argument(
+            "--document-days-ahead",
+            type=int,
+            metavar="DAYS",
+            help="how many days after today a document date may lie (0: up to today)",
+        )
+        parser.add_argument(
             "--option",
             action="append",
             default=[],
@@ -104,6 +120,8 @@ class Command(SequenceCommand):
         name: str = options["name"]
         dry_run: bool = options["dry_run"]
         fields = {f: options[o] for o, f in FIELDS.items() if options[o] is not None}
+        if fields.get("document_days_back") == "any":
+            fields["document_days_back"] = None
         done = Sequence.objects.define_or_update(
             name,
             options=self.parse_options(options["option"]),
@@ -155,3 +173,13 @@ class Command(SequenceCommand):
                 {"field": c.field, "old": c.stored, "new": c.declared} for c in done.changes
             ],
         }
+
+
+def _days_or_any(text: str) -> int | str:
+    """``--document-days-back``: a number of days, or ``"any"`` (no limit: stored as None)."""
+    if text.strip().lower() == "any":
+        return "any"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of days or 'any', not {text!r}") from None
