@@ -25,11 +25,14 @@ across shards, strictly increasing per sub-key.
 A refused batch consumes nothing (I10): a row that cannot give all ``count`` values raises
 ``SequenceExhausted`` and writes nothing (``exact``), so with ``max_value`` 12 and 10 taken,
 ``take(5)`` is refused and ``take(2)`` still gets 11 and 12. A combined increment the row
-refuses is asked again request by request, so each caller gets what it would have got alone.
-An increment that fails otherwise (the store down) fails every request it carried, each with its
-own copy of the error; nothing was taken. The one batch made of two increments is one that wraps
-a ``cycle`` row; if the second increment fails, the values of the first are a gap (nothing is
-cached to give them back to; with ``gapless`` the caller's rollback gives them back).
+refuses is asked again request by request, so each caller gets what it would have got alone. An
+increment that fails otherwise (the store down) fails every request it carried, each with its
+own copy of the error; nothing was taken. Lost races (``WriteContention``) are the exception:
+they fail the leader, and the others it carried, having got nothing, are queued again for the
+next leader, so each caller has its own ``WRITE_RETRIES`` as when it asked alone. The one batch
+made of two increments is one that wraps a ``cycle`` row; if the second increment fails, the
+values of the first are a gap (nothing is cached to give them back to; with ``gapless`` the
+caller's rollback gives them back).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 
-from ..exceptions import SequenceExhausted
+from ..exceptions import SequenceExhausted, WriteContention
 from . import forking
 from .base import Status
 
@@ -180,7 +183,19 @@ class StrictGenerator:
         finally:
             with cond:
                 self._joined[shard] = len(batch)
+                # lost races are the leader's: another caller that got nothing keeps its own
+                # tries, queued again for the next leader (as if it had asked alone)
+                again = [
+                    r
+                    for r in batch
+                    if r is not request and isinstance(r.error, WriteContention) and not r.pieces
+                ]
+                for r in again:
+                    r.error = None
+                self._queues[shard][:0] = again
                 for r in batch:
+                    if r.error is None and r.need:
+                        continue  # queued again
                     r.done = True
                     if r.error is None:
                         self._issued += sum(len(p) for p in r.pieces)

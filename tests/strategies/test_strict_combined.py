@@ -13,7 +13,7 @@ import pytest
 
 from django_sequences import next_value, next_values
 from django_sequences.core.strict import StrictGenerator
-from django_sequences.exceptions import BackendUnavailable, SequenceExhausted
+from django_sequences.exceptions import BackendUnavailable, SequenceExhausted, WriteContention
 from django_sequences.models import Sequence
 from tests.support.issuing import rows
 
@@ -33,6 +33,7 @@ class Row:
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
         self.fail: str | None = None  # the message of the error every increment raises
+        self.lose = 0  # how many increments from now lose their race (WriteContention)
         self._lock = threading.Lock()
 
     def increment(self, shard: int, count: int) -> tuple[int, int]:
@@ -45,6 +46,9 @@ class Row:
             self.calls += 1
             if self.fail is not None:
                 raise BackendUnavailable(self.fail)
+            if self.lose:
+                self.lose -= 1
+                raise WriteContention("mem", 20, detail="lost to a concurrent writer")
             if self.value + count > self.max_value:
                 left = self.max_value - self.value
                 raise SequenceExhausted("mem", self.max_value, left=left, asked=count)
@@ -154,6 +158,37 @@ def test_an_increment_that_fails_fails_each_caller_with_its_own_error() -> None:
     assert all("the database is down" in str(e) for e in errors.values())
     row.fail = None
     assert gen.next() == 1  # nothing was taken
+
+
+def test_lost_races_fail_the_leader_and_the_others_try_again() -> None:
+    """An increment that lost its races every time fails its leader; the callers it carried
+    got nothing and keep their own tries: the next increment serves them."""
+    row = Row()
+    gen = combined(row)
+    row.gate = threading.Event()
+    row.lose = 1
+    got: dict[int, Any] = {}
+
+    def work(i: int) -> None:
+        try:
+            got[i] = gen.next()
+        except WriteContention as exc:
+            got[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    threads[0].start()
+    assert row.entered.wait(10)  # the leader is in its increment, which will lose
+    for t in threads[1:]:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(gen._queues[0]) < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    row.gate.set()
+    for t in threads:
+        t.join(10)
+    assert isinstance(got[0], WriteContention)
+    assert sorted(got[i] for i in (1, 2, 3)) == [1, 2, 3]
+    assert row.value == 3
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
