@@ -23,18 +23,9 @@ from django_sequences.models import Sequence
 from django_sequences.sources import connections as private_connections
 from tests.support import processes as workers
 from tests.support.private_servers import PrivateDatabase, database_alias, private_database
-from tests.support.processes import db_env
+from tests.support.processes import db_env, read_values
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.servers]
-
-
-def read_values(paths: list[Path]) -> list[int]:
-    """Every value the workers wrote (``-`` lines mark waits for a database that was down)."""
-    out: list[int] = []
-    for p in paths:
-        if p.exists():
-            out.extend(int(line) for line in p.read_text().split() if line != "-")
-    return out
 
 
 @pytest.mark.parametrize("strategy", ["segment", "strict"])

@@ -24,19 +24,11 @@ from django_sequences.models import Sequence
 from django_sequences.sources import rows as row_store
 from tests.support import processes as workers
 from tests.support.private_servers import PrivateDatabase, database_alias, private_database
-from tests.support.processes import db_env
+from tests.support.processes import db_env, read_values
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.servers]
 
 DURABLE = "durable_db"
-
-
-def read_values(paths: list[Path]) -> list[int]:
-    out: list[int] = []
-    for p in paths:
-        if p.exists():
-            out.extend(int(line) for line in p.read_text().split() if line != "-")
-    return out
 
 
 @pytest.fixture(scope="module")

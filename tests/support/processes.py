@@ -6,6 +6,18 @@ import os
 from typing import Any
 
 
+def read_values(paths: list[Any]) -> list[int]:
+    """Every value the workers wrote to the files ``paths`` (a line each; ``-`` lines mark
+    waits for a database that was down)."""
+    from pathlib import Path
+
+    out: list[int] = []
+    for p in map(Path, paths):
+        if p.exists():
+            out.extend(int(line) for line in p.read_text().split() if line != "-")
+    return out
+
+
 def db_env() -> dict[str, str]:
     """The environment a spawned child needs to reach this run's test database, and the Redis
     this process uses (``REDIS_URL``: a test's private one, tests/support/private_servers.py)."""
