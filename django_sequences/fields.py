@@ -226,14 +226,12 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
     def _reserve(self, instance: models.Model) -> str:
         """A reservation's number, settled with the transaction that saves ``instance``."""
         # (reservations imports models, which a field module must not import at load time)
-        from .reservations import reserve_number
+        from .reservations.reserving import reserve_with
 
         context = _context_of(issuer(self.sequence, self.using), instance)
         try:
             at = None if self.date_field is None else self._date_of(instance)
-            r = reserve_number(
-                self.sequence, ttl=self.reserve_ttl, using=self.using, at=at, **context
-            )
+            r = reserve_with(self.sequence, context, ttl=self.reserve_ttl, using=self.using, at=at)
         except SequenceError as exc:
             refused(self.sequence, exc)
             raise

@@ -36,7 +36,7 @@ _COUNT_RE = re.compile(r"[0-9]{1,19}\Z")
 #: The prefix of a query parameter of numbers that is a context entry: ``?ctx.area=010``.
 CONTEXT_PREFIX = "ctx."
 #: Arguments of ``next_numbers()`` itself, which a context entry of numbers cannot be named.
-RESERVED_CONTEXT = frozenset({"name", "count", "using"})
+RESERVED_CONTEXT = frozenset({"name", "count", "using", "at"})
 
 
 def has_query(request: HttpRequest) -> bool:

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 _IDS = frozenset({"ids"})
 
 #: Arguments of ``reserve_number()`` itself, which a context entry cannot be named.
-RESERVED_CONTEXT = frozenset({"name", "ttl", "actor", "using", "token", "label"})
+RESERVED_CONTEXT = frozenset({"name", "ttl", "actor", "using", "token", "label", "at"})
 _DECIMAL = re.compile(r"-?[0-9]{1,20}\Z")
 
 

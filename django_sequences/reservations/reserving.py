@@ -54,6 +54,25 @@ def reserve_number(
     to that token), ``label``: what its client said it was. ``at``: the document's date, as
     for :func:`~django_sequences.next_number` (the number goes in that date's period). Every
     argument is checked before a value is taken (I10)."""
+    return reserve_with(
+        name, context, ttl=ttl, actor=actor, using=using, token=token, label=label, at=at
+    )
+
+
+def reserve_with(
+    name: str,
+    context: dict[str, Any],
+    *,
+    ttl: float | None = None,
+    actor: str = "",
+    using: str | None = None,
+    token: ApiToken | None = None,
+    label: str = "",
+    at: Any = None,
+) -> ReservedNumber:
+    """:func:`reserve_number` with the context as one mapping, so that a template part may be
+    named as one of its arguments (``{ctx.label}``, ``{ctx.at}``: ``SequenceField(reserve=True)``
+    reads them from the model instance)."""
     seconds = _ttl(ttl)
     who = {
         "actor": check_actor(actor),

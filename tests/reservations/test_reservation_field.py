@@ -296,3 +296,36 @@ def test_a_copied_row_reserves_a_new_number(model: Any) -> None:
         copy.save()
     assert copy.number == "BLON-0002" and first.number == "BLON-0001"
     assert states() == {"BLON-0001": ("confirmed", ""), "BLON-0002": ("confirmed", "")}
+
+
+def test_template_parts_named_as_arguments_of_reserve_number_read_the_instance() -> None:
+    """A template part named as an argument of ``reserve_number`` (``{ctx.label}``,
+    ``{ctx.at}``) reads the model instance: it is not taken as the reservation's label, nor as
+    its document date."""
+    with isolate_apps("testproject.shop"):
+
+        class Tagged(models.Model):
+            label = models.CharField(max_length=3)
+            at = models.CharField(max_length=2)
+            number = SequenceField(sequence="tagged", reserve=True, reserve_ttl=60)
+
+            class Meta:
+                app_label = "shop"
+                db_table = "test_reserved_tagged"
+
+            def __str__(self) -> str:
+                return self.number
+
+        with connection.schema_editor() as editor:
+            editor.create_model(Tagged)
+        try:
+            Sequence.objects.define(
+                "tagged", strategy="strict", template="T{ctx.label:3}{ctx.at:2}-{seq:03}"
+            )
+            with transaction.atomic():
+                row = Tagged._default_manager.create(label="ABC", at="XY")
+            assert row.number == "TABCXY-001"
+            assert Row.objects.get(sequence="tagged").label == ""  # not the instance's label
+        finally:
+            with connection.schema_editor() as editor:
+                editor.delete_model(Tagged)

@@ -330,6 +330,8 @@ def test_405_for_the_wrong_method(api: Client) -> None:
         ("/ids/waybill/numbers?cout=5", None, None, "Unknown query parameter(s) 'cout'"),
         ("/ids/waybill/numbers?ids=string", None, None, "Unknown query parameter(s) 'ids'"),
         ("/ids/waybill/numbers?ctx.count=5", None, None, "argument of next_numbers"),
+        # the document date: never from a context entry
+        ("/ids/waybill/numbers?ctx.at=2026-01-01", None, None, "argument of next_numbers"),
         ("/ids/sf/explain/abc", None, None, "must be an integer"),
         ("/ids/order/explain/5", None, None, "plain counters"),
         ("/ids/sf/explain/99999999999999999999", None, None, "not a value of"),
