@@ -23,7 +23,6 @@ event's.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 
 from ..sources import rows
+from ..sources.connections import in_one_trip, sends_many
 
 #: The number of a reservation until its number is written (followed by its value).
 UNRENDERED = "#"
@@ -61,7 +61,7 @@ def reserve(
     ``reservation`` row, then write its number and its ``event`` row (the reservation's key in
     its ``reservation`` field): (reservation pk, value, number), or None where this path does
     not apply."""
-    if not _applies(w):
+    if not sends_many(w):
         return None
     found = rows.increment_statement(counter, w, fresh.key, 1)
     if found is None:
@@ -101,13 +101,6 @@ def reserve(
     return row_pk, value, number
 
 
-def _applies(w: BaseDatabaseWrapper) -> bool:
-    """PostgreSQL through psycopg 3 (whose ``ClientCursor`` sends several statements in one
-    round trip); psycopg 2 and the other backends take the one-transaction path."""
-    driver = getattr(w, "Database", None)  # (the backend's driver module)
-    return w.vendor == "postgresql" and hasattr(driver, "ClientCursor")
-
-
 def _insert_parts(
     w: BaseDatabaseWrapper,
     meta: Any,
@@ -137,29 +130,10 @@ def _insert_parts(
 def _trip(
     w: BaseDatabaseWrapper, sql: str, params: list[Any], *, own_transaction: bool = True
 ) -> tuple[Any, ...] | None:
-    """Run the statements of ``sql`` in one round trip (client-side binding, simple query
-    protocol): the first row of the last result with rows, or None. On an error the
-    transaction the string opened (``own_transaction``) is rolled back, and the error raised
-    as Django's (the caller's transaction is the caller's to roll back)."""
-    raw = w.connection
-    with w.wrap_database_errors:
-        cursor = w.Database.ClientCursor(raw)  # type: ignore[attr-defined]
-        try:
-            cursor.execute(sql, params)
-            found = None
-            while True:
-                if cursor.description is not None:
-                    found = cursor.fetchone()
-                if not cursor.nextset():
-                    break
-        except BaseException:
-            if own_transaction:
-                with contextlib.suppress(Exception):  # (a dead connection: the caller drops it)
-                    raw.execute("ROLLBACK")
-            raise
-        finally:
-            cursor.close()
-    return None if found is None else tuple(found)
+    """The statements of ``sql`` in one round trip (:func:`~..sources.connections.in_one_trip`):
+    the first row of the last one that returns rows, or None."""
+    found = in_one_trip(w, sql, params, own_transaction=own_transaction)
+    return found[-1] if found else None
 
 
 def settle(
@@ -179,7 +153,7 @@ def settle(
     RETURNING) INSERT … FROM u``): in the transaction open on ``w`` (the caller's), or in one
     of its own (``own_transaction``). True when it settled, False when the row did not match,
     None where this path does not apply."""
-    if not _applies(w):
+    if not sends_many(w):
         return None
     qn = w.ops.quote_name
     meta: Any = reservation._meta

@@ -257,6 +257,45 @@ def insert_many(w: BaseDatabaseWrapper, objs: list[Any]) -> None:
         q.get_compiler(connection=w).execute_sql(None)
 
 
+def sends_many(w: BaseDatabaseWrapper) -> bool:
+    """Whether :func:`in_one_trip` works on ``w``: PostgreSQL through psycopg 3, whose
+    ``ClientCursor`` sends several statements in one round trip (psycopg 2 and the other
+    backends cannot)."""
+    driver = getattr(w, "Database", None)  # (the backend's driver module)
+    return w.vendor == "postgresql" and hasattr(driver, "ClientCursor")
+
+
+def in_one_trip(
+    w: BaseDatabaseWrapper, sql: str, params: list[Any], *, own_transaction: bool = True
+) -> list[tuple[Any, ...] | None]:
+    """Run the statements of ``sql`` in one round trip on ``w`` (where :func:`sends_many`:
+    client-side binding, the simple query protocol, so no prepared statement: PgBouncer-safe):
+    the first row of each statement that returns rows (None for one that returned none), in
+    order. On an error the transaction the string opened (``own_transaction``) is rolled back
+    and the error raised as Django's (the caller's own transaction is the caller's to roll
+    back)."""
+    raw = w.connection
+    found: list[tuple[Any, ...] | None] = []
+    with w.wrap_database_errors:
+        cursor = w.Database.ClientCursor(raw)  # type: ignore[attr-defined]
+        try:
+            cursor.execute(sql, params)
+            while True:
+                if cursor.description is not None:
+                    row = cursor.fetchone()
+                    found.append(None if row is None else tuple(row))
+                if not cursor.nextset():
+                    break
+        except BaseException:
+            if own_transaction:
+                with contextlib.suppress(Exception):  # (a dead connection: the caller drops it)
+                    raw.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+    return found
+
+
 def on_private(alias: str, key: str, fn: Callable[[BaseDatabaseWrapper], _T]) -> _T:
     """Run ``fn`` on a private connection of ``alias``: the first of ``POOL_SIZE`` that no
     other thread holds (when all are busy, wait for one chosen by the thread), so that one

@@ -35,7 +35,15 @@ from ..exceptions import (
 )
 from . import writers
 from .callers import in_callers_transaction, is_conflict
-from .connections import insert, on_private, private_connection, resolve_alias, select
+from .connections import (
+    in_one_trip,
+    insert,
+    on_private,
+    private_connection,
+    resolve_alias,
+    select,
+    sends_many,
+)
 
 #: The counter-row model (and its definition model) are handed in by the manager: the store
 #: names no model, so these are plain aliases.
@@ -436,8 +444,7 @@ def _flushes_after(w: BaseDatabaseWrapper) -> bool:
     commit)."""
     allowed = _flush_allowed.get(w.alias)
     if allowed is None:
-        driver = getattr(w, "Database", None)  # (the backend's driver module)
-        allowed = hasattr(driver, "ClientCursor")
+        allowed = sends_many(w)
         if allowed:
             with w.cursor() as c:
                 c.execute(
@@ -463,27 +470,10 @@ def _pg_flushed_after(
     value is returned only once it is durable. A crash between the two commits may lose the
     increment, but its value was returned to nobody. The row the increment returned, or None
     when the row must go the long way (missing, at its bound, moved by another server)."""
-    raw = w.connection
-    with w.wrap_database_errors:
-        cursor = w.Database.ClientCursor(raw)  # type: ignore[attr-defined]
-        try:
-            cursor.execute(
-                f"BEGIN; SET LOCAL synchronous_commit TO off; {sql}; COMMIT; {_FLUSH}", params
-            )
-            found: Any = None
-            seen = False
-            while True:
-                if not seen and cursor.description is not None:
-                    found, seen = cursor.fetchone(), True  # the increment's RETURNING
-                if not cursor.nextset():
-                    break
-        except BaseException:
-            with contextlib.suppress(Exception):  # (a dead connection: on_private drops it)
-                raw.execute("ROLLBACK")
-            raise
-        finally:
-            cursor.close()
-    return None if found is None else tuple(found)
+    found = in_one_trip(
+        w, f"BEGIN; SET LOCAL synchronous_commit TO off; {sql}; COMMIT; {_FLUSH}", params
+    )
+    return found[0]  # the increment's RETURNING (the flush's row follows)
 
 
 #: Private PostgreSQL connections (by wrapper alias) on which a prepared statement failed: a
