@@ -216,7 +216,10 @@ class SequenceField(_SequenceFieldMixin, models.CharField):  # type: ignore[misc
             if self.date_field is not None:
                 dates = [self._date_of(instance) for instance in instances]  # all checked first
                 if any(d != dates[0] for d in dates):  # several documents' dates: one by one
-                    return [self.issue(instance) for instance in instances]
+                    return [
+                        found.issue_at(d, 1, [instance])[0]
+                        for d, instance in zip(dates, instances, strict=True)
+                    ]
                 return found.issue_at(dates[0], len(instances), list(instances))
             return found.issue_many(len(instances), list(instances))
         except SequenceError as exc:
