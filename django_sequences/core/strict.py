@@ -51,6 +51,12 @@ from .base import Status
 IncrementFn = Callable[[int, int], tuple[int, int]]
 
 
+def shard_of(key: str, shards: int) -> int:
+    """The shard of ``shards`` a sub-key maps to: the same in every process and every run
+    (CRC-32 of the key)."""
+    return zlib.crc32(key.encode()) % shards
+
+
 #: At most this many times a leader hands the GIL over while callers of the last increment
 #: come back to join the next one.
 _GATHER_YIELDS = 4
@@ -109,7 +115,7 @@ class StrictGenerator:
 
     def shard_of(self, key: str) -> int:
         """The shard a sub-key maps to: the same in every process and every run."""
-        return zlib.crc32(key.encode()) % self._shards
+        return shard_of(key, self._shards)
 
     def _any_shard(self) -> int:
         if self._shards == 1:

@@ -30,7 +30,7 @@ from django.utils import timezone
 from ..core.base import SequenceSpec
 from ..core.chunks import OUTCOMES
 from ..core.hwm import period_stamp
-from ..core.strict import StrictGenerator
+from ..core.strict import shard_of
 from ..core.workers import current_heartbeat
 from ..exceptions import InvalidDefinition, SequenceError, SequenceNotFound
 from ..formats.keys import period_key, shard_keys
@@ -534,15 +534,10 @@ def _raise_targets(
                 f"out (it only picks the shard of a strict sequence with options['shards']).",
                 field="options",
             )
-        # the shard the generator maps the sub-key to (cheap: a lock and a few counters)
-        picked = StrictGenerator(spec.name, _no_increment, shards=shards).shard_of(subkey)
+        picked = shard_of(subkey, shards)  # the shard the generator maps the sub-key to
         keys = [keys[picked]]
     # the smallest counter c whose value c * shards + shard is >= to; the row then holds c - 1
     return [(key, -((shard - to) // shards) - 1, shards, shard) for shard, key in keys]
-
-
-def _no_increment(shard: int, count: int) -> tuple[int, int]:
-    raise AssertionError("only shard_of is used")  # pragma: no cover
 
 
 def _check_raise(spec: SequenceSpec, row: Any, target: int, to: int, n: int, shard: int) -> None:
